@@ -1,0 +1,59 @@
+"""Small tensor helpers shared by the loss modules. Pure functions, no state."""
+
+from __future__ import annotations
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
+    return (x * mask).sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = -1) -> Tensor:
+    """Mean over ``mask`` along ``dim`` (``dim=None``: over every masked element)."""
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
+
+
+def lengths(mask: Tensor) -> Tensor:
+    """(B, T) mask -> (B,) number of response tokens, at least 1."""
+    return mask.sum(-1).clamp(min=1.0)
+
+
+def pair_logratios(inputs, *, length_normalize: bool = False) -> tuple[Tensor, Tensor]:
+    """Policy-minus-reference log-ratios of chosen and rejected, each (B,).
+
+    With ``length_normalize`` the ratios are averaged per token instead of summed.
+    """
+    pc, pr = inputs.chosen_logps, inputs.rejected_logps
+    rc, rr = inputs.ref_chosen_logps, inputs.ref_rejected_logps
+    if length_normalize:
+        lc, lr = lengths(inputs.chosen_mask), lengths(inputs.rejected_mask)
+        return (pc - rc) / lc, (pr - rr) / lr
+    return pc - rc, pr - rr
+
+
+def group_stats(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-element group mean, group std (unbiased, like ``torch.std``) and group size."""
+    uniq, inv = torch.unique(group_ids, return_inverse=True)
+    g = uniq.numel()
+    count = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(0, inv, torch.ones_like(values))
+    total = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(0, inv, values)
+    mean = total / count
+    sq = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(0, inv, (values - mean[inv]) ** 2)
+    std = torch.sqrt(sq / (count - 1).clamp(min=1.0))
+    return mean[inv], std[inv], count[inv]
+
+
+def reward_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, Tensor]:
+    """The standard implicit-reward metrics of pairwise methods (detached)."""
+    chosen, rejected = chosen.detach(), rejected.detach()
+    return {
+        "rewards/chosen": chosen.mean(),
+        "rewards/rejected": rejected.mean(),
+        "rewards/accuracy": (chosen > rejected).float().mean(),
+        "rewards/margin": (chosen - rejected).mean(),
+    }

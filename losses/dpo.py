@@ -1,0 +1,45 @@
+r"""DPO: Direct Preference Optimization (Rafailov et al., 2023).
+
+Paper: arXiv:2305.18290, Eq. 7.
+
+.. math::
+
+    \mathcal{L}_{DPO} = -\mathbb{E}\Big[\log\sigma\Big(\beta\big(\log\tfrac{\pi_\theta(y_w|x)}{\pi_{ref}(y_w|x)}
+                        - \log\tfrac{\pi_\theta(y_l|x)}{\pi_{ref}(y_l|x)}\big)\Big)\Big]
+
+With ``label_smoothing`` ε > 0 this becomes conservative DPO (see ``cdpo``):
+``-(1-ε) logσ(βh) - ε logσ(-βh)``, exactly TRL's ``loss_type="sigmoid"``.
+
+Inputs: ``chosen_logps``, ``rejected_logps``, ``ref_chosen_logps``, ``ref_rejected_logps``,
+each (B,), summed over response tokens. Reduction: mean over pairs.
+Metrics: implicit rewards ``β·log(π/π_ref)`` (detached), their accuracy and margin.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from losses._common import pair_logratios, reward_metrics
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def dpo_loss(inputs: LossInputs, *, beta: float, label_smoothing: float = 0.0) -> LossOutput:
+    inputs.require("dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    chosen, rejected = pair_logratios(inputs)
+    h = chosen - rejected
+    losses = -(1 - label_smoothing) * F.logsigmoid(beta * h) - label_smoothing * F.logsigmoid(-beta * h)
+    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+
+
+spec = LossSpec(
+    name="dpo",
+    fn=dpo_loss,
+    paradigm="offline",
+    data="pairs",
+    needs_reference=True,
+    defaults={"beta": 0.1, "label_smoothing": 0.0},
+    paper="arXiv:2305.18290 Eq. 7",
+    version=1,
+    description="Direct Preference Optimization: logistic loss on the reference-relative log-ratio margin.",
+)

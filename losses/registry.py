@@ -1,0 +1,203 @@
+"""The loss registry: one small table of capabilities, filled from entry points.
+
+Every algorithm, built-in or third-party, is a :class:`LossSpec` published under the
+``oxbench.losses`` entry-point group. Entry points are read lazily: ``names()`` lists
+them without importing anything, ``get(name)`` imports exactly one module.
+
+The trainer reads a spec's capabilities (``data``, ``needs_reference``, ...) and never
+looks at its name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from losses.types import LossInputs, LossOutput
+
+ENTRY_POINT_GROUP = "oxbench.losses"
+PARADIGMS = ("sft", "offline", "offline_ref_free", "unpaired", "online")
+DATA_KINDS = ("sft", "pairs", "unpaired", "online")
+SFT_SOURCES = ("gold", "self_play")
+
+
+class LossError(ValueError):
+    """Raised for an unknown, duplicate or malformed loss. Its message is one line."""
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """What the trainer needs to know about one algorithm.
+
+    name:               registry key, as written in grids (``method: dpo``).
+    fn:                 ``fn(inputs: LossInputs, **hparams) -> LossOutput``, a pure function.
+    paradigm:           one of ``sft``, ``offline``, ``offline_ref_free``, ``unpaired``, ``online``.
+    data:               what the data pipeline must feed: ``sft``, ``pairs``, ``unpaired``, ``online``.
+    needs_reference:    the trainer fills the ``ref_*`` fields of :class:`LossInputs`.
+    defaults:           hyper-parameters from the paper; grid values override them.
+    paper:              arXiv id plus the equation, e.g. ``"arXiv:2305.18290 Eq. 7"``.
+    version:            bumped whenever the maths changes; recorded in every ``run.json``.
+    sft_source:         for ``data="sft"``: ``gold`` answers or ``self_play`` chosen answers.
+    needs_value_model:  the trainer attaches a value head and fills ``values``/``old_values``.
+    updates_reference:  the reference model is refreshed during training (see ``defaults``).
+    needs_full_logits:  the trainer fills the ``*_logits`` fields (B, T, V).
+    generates_own_pairs: pairs are re-generated from the current policy during training.
+    chosen_source:      for ``generates_own_pairs``: the chosen response is the ``gold`` answer
+                        (SPIN) or the best ``self_play`` sample (online DPO).
+    description:        one line for ``oxbench losses``.
+    """
+
+    name: str
+    fn: Callable[..., LossOutput]
+    paradigm: str
+    data: str
+    needs_reference: bool
+    defaults: dict[str, Any] = field(default_factory=dict)
+    paper: str = ""
+    version: int = 1
+    sft_source: str = "gold"
+    needs_value_model: bool = False
+    updates_reference: bool = False
+    needs_full_logits: bool = False
+    generates_own_pairs: bool = False
+    chosen_source: str = "self_play"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"loss {self.name!r}"
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise LossError(f"{where}: name must be an identifier")
+        if not callable(self.fn):
+            raise LossError(f"{where}: fn is not callable")
+        if self.paradigm not in PARADIGMS:
+            raise LossError(f"{where}: paradigm {self.paradigm!r} is not one of {', '.join(PARADIGMS)}")
+        if self.data not in DATA_KINDS:
+            raise LossError(f"{where}: data {self.data!r} is not one of {', '.join(DATA_KINDS)}")
+        if self.sft_source not in SFT_SOURCES:
+            raise LossError(f"{where}: sft_source {self.sft_source!r} is not one of {', '.join(SFT_SOURCES)}")
+        if self.chosen_source not in SFT_SOURCES:
+            raise LossError(f"{where}: chosen_source {self.chosen_source!r} is not one of {', '.join(SFT_SOURCES)}")
+        if not isinstance(self.version, int) or self.version < 1:
+            raise LossError(f"{where}: version must be a positive int")
+        if not isinstance(self.defaults, dict):
+            raise LossError(f"{where}: defaults must be a dict")
+
+    def resolve_hparams(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``defaults`` updated by ``overrides``; an unknown key is an error with a suggestion."""
+        overrides = dict(overrides or {})
+        unknown = [k for k in overrides if k not in self.defaults]
+        if unknown:
+            key = unknown[0]
+            raise LossError(
+                f"loss {self.name!r}: unknown hyper-parameter {key!r}{_did_you_mean(key, self.defaults)}"
+                f" (known: {', '.join(sorted(self.defaults)) or 'none'})"
+            )
+        return {**self.defaults, **overrides}
+
+    def __call__(self, inputs: LossInputs, **hparams: Any) -> LossOutput:
+        return self.fn(inputs, **self.resolve_hparams(hparams))
+
+    def metadata(self) -> dict[str, Any]:
+        """Everything but ``fn``, JSON-ready; ``fn`` is given as ``module:qualname``."""
+        return {
+            "name": self.name,
+            "paradigm": self.paradigm,
+            "data": self.data,
+            "needs_reference": self.needs_reference,
+            "defaults": dict(self.defaults),
+            "paper": self.paper,
+            "version": self.version,
+            "sft_source": self.sft_source,
+            "needs_value_model": self.needs_value_model,
+            "updates_reference": self.updates_reference,
+            "needs_full_logits": self.needs_full_logits,
+            "generates_own_pairs": self.generates_own_pairs,
+            "chosen_source": self.chosen_source,
+            "description": self.description,
+            "fn": f"{inspect.getmodule(self.fn).__name__}:{self.fn.__qualname__}",
+        }
+
+
+_REGISTRY: dict[str, LossSpec] = {}
+_ORIGIN: dict[str, str] = {}  # name -> where it came from (distribution or "register()")
+
+
+def _did_you_mean(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _entry_points() -> dict[str, list]:
+    """name -> entry points declaring it (normally one)."""
+    found: dict[str, list] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, []).append(ep)
+    return found
+
+
+def _dist_name(ep) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "<unknown distribution>"
+
+
+def register(spec: LossSpec, *, origin: str = "register()") -> LossSpec:
+    """Add a spec. A second spec under the same name is an error naming both origins."""
+    if not isinstance(spec, LossSpec):
+        raise LossError(f"{origin}: expected a losses.LossSpec, got {type(spec).__name__}")
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise LossError(f"duplicate loss {spec.name!r}: from {_ORIGIN[spec.name]} and from {origin}")
+    _REGISTRY[spec.name] = spec
+    _ORIGIN[spec.name] = origin
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a spec added with :func:`register` (tests and notebooks)."""
+    _REGISTRY.pop(name, None)
+    _ORIGIN.pop(name, None)
+
+
+def names() -> list[str]:
+    """Every known loss name, sorted: registered ones and entry points (not imported)."""
+    return sorted(set(_REGISTRY) | set(_entry_points()))
+
+
+def _load_entry_point(name: str, eps: list) -> LossSpec:
+    if len(eps) > 1:
+        dists = " and ".join(f"{_dist_name(ep)} ({ep.value})" for ep in eps)
+        raise LossError(f"duplicate loss {name!r}: declared by {dists}")
+    ep = eps[0]
+    origin = f"plugin {name!r} ({ep.value}, distribution {_dist_name(ep)})"
+    try:
+        spec = ep.load()
+    except Exception as exc:  # a broken plugin breaks only the runs that use it
+        raise LossError(f"{origin} failed to import: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(spec, LossSpec):
+        raise LossError(f"{origin} is a {type(spec).__name__}, not a losses.LossSpec")
+    if spec.name != name:
+        raise LossError(f"{origin} declares a spec named {spec.name!r}")
+    return register(spec, origin=f"distribution {_dist_name(ep)}")
+
+
+def get(name: str) -> LossSpec:
+    """The spec called ``name``, importing its entry point on first use."""
+    if name in _REGISTRY:
+        eps = _entry_points().get(name, [])
+        if eps and _ORIGIN[name] == "register()":
+            raise LossError(
+                f"duplicate loss {name!r}: from register() and from distribution {_dist_name(eps[0])}"
+            )
+        return _REGISTRY[name]
+    eps = _entry_points().get(name)
+    if not eps:
+        raise LossError(f"unknown loss {name!r}{_did_you_mean(name, names())}")
+    return _load_entry_point(name, eps)
+
+
+def all_specs() -> list[LossSpec]:
+    """Load every spec (``oxbench losses``). Raises on the first broken plugin."""
+    return [get(n) for n in names()]
