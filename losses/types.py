@@ -80,4 +80,6 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.metrics = {k: float(v.detach()) if isinstance(v, Tensor) else float(v) for k, v in self.metrics.items()}
+        self.metrics = {
+            k: float(v.detach()) if isinstance(v, Tensor) else float(v) for k, v in self.metrics.items()
+        }

@@ -1,0 +1,284 @@
+"""Load run records written by the engine into tidy pandas DataFrames.
+
+A run is a directory ``<root>/<grid>/<run_id>/`` (any depth under ``root``) holding ``run.json``
+and, optionally, ``eval.jsonl`` (one line per evaluated problem). Every loader walks ``root``
+recursively, validates each record and fails with a one-line ``ValueError`` naming the offending
+file: a half-written or hand-edited record must never turn silently into a missing row.
+
+Derived columns:
+
+* ``online``: ``paradigm == "online"``.
+* ``family``: ``"sft"`` for ``sft``; ``"preference"`` for ``offline``, ``offline_ref_free`` and
+  ``unpaired``; ``"online"`` for ``online``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+FAMILY = {
+    "sft": "sft",
+    "offline": "preference",
+    "offline_ref_free": "preference",
+    "unpaired": "preference",
+    "online": "online",
+}
+STATUSES = ("finished", "failed", "running")
+
+#: Required run.json keys and the Python types each must have.
+_REQUIRED = {
+    "run_id": str,
+    "grid": str,
+    "status": str,
+    "scale": str,
+    "scale_params": int,
+    "method": str,
+    "paradigm": str,
+    "seed": int,
+    "lora": bool,
+}
+RUN_COLUMNS = [
+    "scale",
+    "scale_params",
+    "method",
+    "paradigm",
+    "family",
+    "online",
+    "seed",
+    "lora",
+    "run_id",
+    "grid",
+    "config_hash",
+    "status",
+    "loss_version",
+    "path",
+]
+FAILED_COLUMNS = ["run_id", "scale", "method", "seed", "error"]
+OUTCOME_COLUMNS = ["run_id", "id", "split", "correct", "correct_flexible"]
+
+
+def load_runs(root: str | Path, status: str | Iterable[str] | None = "finished") -> pd.DataFrame:
+    """One row per run whose status is in ``status`` (``None``: every run).
+
+    Columns: :data:`RUN_COLUMNS` (``path`` is the run directory) followed by one column per metric
+    found in any run's ``metrics`` (NaN where a run lacks it, or reports ``null``). Rows are sorted
+    by scale (``scale_params``), method, lora, seed. Every ``run.json`` under ``root`` is validated,
+    whatever its status.
+    """
+    wanted = _statuses(status)
+    records = [r for r in _records(root) if r["status"] in wanted]
+    rows = [_run_row(r) for r in records]
+    metrics = sorted({k for r in records for k in r["metrics"]})
+    df = pd.DataFrame(rows, columns=RUN_COLUMNS + metrics)
+    for name in metrics:
+        df[name] = df[name].astype(float)
+    return df.sort_values(["scale_params", "scale", "method", "lora", "seed"], ignore_index=True)
+
+
+def load_failed(root: str | Path) -> pd.DataFrame:
+    """The failed runs: columns ``run_id, scale, method, seed, error`` sorted by scale, method, seed."""
+    rows = [_failed_row(r) for r in _records(root) if r["status"] == "failed"]
+    df = pd.DataFrame(rows, columns=FAILED_COLUMNS + ["scale_params"])
+    df = df.sort_values(["scale_params", "scale", "method", "seed"], ignore_index=True)
+    return df[FAILED_COLUMNS]
+
+
+def load_problem_outcomes(root: str | Path, status: str | Iterable[str] | None = "finished") -> pd.DataFrame:
+    """Per-problem outcomes from every ``eval.jsonl`` next to a run.json whose status is in ``status``.
+
+    Columns: ``run_id, id, split, correct, correct_flexible``. ``id`` is a string; ``correct`` is a
+    bool; ``correct_flexible`` is a nullable boolean (``<NA>`` where the line lacks it). A problem
+    (split, id) listed twice for one run, or a malformed line, raises ``ValueError`` naming
+    ``file:line``.
+    """
+    wanted = _statuses(status)
+    frames = []
+    for record in _records(root):
+        path = record["_dir"] / "eval.jsonl"
+        if record["status"] in wanted and path.is_file():
+            frames.append(_read_outcomes(path, record["run_id"]))
+    if not frames:
+        return _empty_outcomes()
+    df = pd.concat(frames, ignore_index=True)
+    df["correct"] = df["correct"].astype(bool)
+    df["correct_flexible"] = df["correct_flexible"].astype("boolean")
+    return df
+
+
+def scale_order(df: pd.DataFrame) -> list[str]:
+    """Scales sorted by ``scale_params`` (ties by name; by name alone without that column).
+
+    Raises ``ValueError`` if one scale carries two different parameter counts.
+    """
+    if "scale_params" not in df.columns:
+        return sorted(df["scale"].unique())
+    params = df.groupby("scale", sort=False)["scale_params"].unique()
+    clashing = [s for s, p in params.items() if len(p) > 1]
+    if clashing:
+        raise ValueError(f"scale {clashing[0]!r} has several scale_params: {sorted(params[clashing[0]])}")
+    return sorted(params.index, key=lambda s: (params[s][0], s))
+
+
+# ---------------------------------------------------------------------------------------------
+# run.json parsing and validation
+# ---------------------------------------------------------------------------------------------
+
+
+def _records(root: str | Path) -> list[dict]:
+    """Every validated run.json under ``root``; duplicate run ids raise."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"run directory not found: {root}")
+    seen: dict[str, Path] = {}
+    records = []
+    for path in sorted(root.rglob("run.json")):
+        record = _read_record(path)
+        first = seen.setdefault(record["run_id"], path)
+        if first != path:
+            raise ValueError(f"{path}: run_id {record['run_id']!r} already used by {first}")
+        records.append(record)
+    return records
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: malformed run.json ({_one_line(err)})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: malformed run.json (top level is {type(record).__name__}, not an object)")
+    _check_record(record, path)
+    record["_dir"] = path.parent
+    return record
+
+
+def _check_record(record: dict, path: Path) -> None:
+    for key, kind in _REQUIRED.items():
+        if key not in record:
+            raise ValueError(f"{path}: malformed run.json (missing key {key!r})")
+        if not _is(record[key], kind):
+            raise ValueError(
+                f"{path}: malformed run.json ({key!r} must be {kind.__name__}, got {record[key]!r})"
+            )
+    if record["status"] not in STATUSES:
+        raise ValueError(f"{path}: malformed run.json (status {record['status']!r} not in {STATUSES})")
+    if record["paradigm"] not in FAMILY:
+        raise ValueError(
+            f"{path}: malformed run.json (paradigm {record['paradigm']!r} not in {tuple(FAMILY)})"
+        )
+    record["metrics"] = _check_metrics(record.get("metrics"), record["status"], path)
+
+
+def _check_metrics(metrics: object, status: str, path: Path) -> dict:
+    """A dict name -> float (None -> NaN). Only finished runs must carry one."""
+    if metrics is None and status != "finished":
+        return {}
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{path}: malformed run.json ('metrics' must be an object, got {metrics!r})")
+    clash = set(metrics) & set(RUN_COLUMNS)
+    if clash:
+        raise ValueError(
+            f"{path}: malformed run.json (metric name {sorted(clash)[0]!r} clashes with a column)"
+        )
+    out = {}
+    for name, value in metrics.items():
+        if value is not None and not _is(value, float):
+            raise ValueError(f"{path}: malformed run.json (metric {name!r} must be a number, got {value!r})")
+        out[name] = np.nan if value is None else float(value)
+    return out
+
+
+def _is(value: object, kind: type) -> bool:
+    """Type check treating bool as distinct from int and int as acceptable for float."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _run_row(record: dict) -> dict:
+    row = {key: record[key] for key in _REQUIRED if key != "status"}
+    row.update(
+        family=FAMILY[record["paradigm"]],
+        online=record["paradigm"] == "online",
+        config_hash=record.get("config_hash"),
+        status=record["status"],
+        loss_version=record.get("loss_version"),
+        path=str(record["_dir"]),
+    )
+    row.update(record["metrics"])
+    return row
+
+
+def _failed_row(record: dict) -> dict:
+    row = {key: record[key] for key in ("run_id", "scale", "method", "seed", "scale_params")}
+    row["error"] = record.get("error")
+    return row
+
+
+def _statuses(status: str | Iterable[str] | None) -> set[str]:
+    wanted = set(STATUSES) if status is None else {status} if isinstance(status, str) else set(status)
+    unknown = wanted - set(STATUSES)
+    if unknown:
+        raise ValueError(f"unknown status {sorted(unknown)[0]!r}; expected one of {STATUSES} or None")
+    return wanted
+
+
+# ---------------------------------------------------------------------------------------------
+# eval.jsonl parsing
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_outcomes(path: Path, run_id: str) -> pd.DataFrame:
+    rows, seen = [], set()
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = _outcome_row(line, f"{path}:{lineno}")
+        key = (row["split"], row["id"])
+        if key in seen:
+            raise ValueError(f"{path}:{lineno}: problem {row['id']!r} ({row['split']}) listed twice")
+        seen.add(key)
+        rows.append({"run_id": run_id, **row})
+    return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
+
+
+def _outcome_row(line: str, where: str) -> dict:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: malformed eval.jsonl line ({_one_line(err)})") from None
+    if not isinstance(item, dict) or not {"id", "split", "correct"} <= set(item):
+        raise ValueError(f"{where}: eval.jsonl line must be an object with 'id', 'split' and 'correct'")
+    if not isinstance(item["split"], str):
+        raise ValueError(f"{where}: 'split' must be a string, got {item['split']!r}")
+    if not isinstance(item["correct"], bool):
+        raise ValueError(f"{where}: 'correct' must be true/false, got {item['correct']!r}")
+    flexible = item.get("correct_flexible")
+    if flexible is not None and not isinstance(flexible, bool):
+        raise ValueError(f"{where}: 'correct_flexible' must be true/false, got {flexible!r}")
+    return {
+        "id": str(item["id"]),
+        "split": item["split"],
+        "correct": item["correct"],
+        "correct_flexible": flexible,
+    }
+
+
+def _empty_outcomes() -> pd.DataFrame:
+    df = pd.DataFrame({c: pd.Series(dtype=object) for c in OUTCOME_COLUMNS})
+    df["correct"] = df["correct"].astype(bool)
+    df["correct_flexible"] = df["correct_flexible"].astype("boolean")
+    return df
+
+
+def _one_line(err: Exception) -> str:
+    return " ".join(str(err).split())

@@ -1,0 +1,55 @@
+r"""CISPO: Clipped IS-weight Policy Optimization (MiniMax-M1, 2025).
+
+Paper: arXiv:2506.13585, §3.1 (the CISPO objective).
+
+.. math::
+
+    \mathcal{L} = -\frac{1}{\sum_i |o_i|}\sum_{i=1}^{G}\sum_{t=1}^{|o_i|}
+        \mathrm{sg}(\hat r_{i,t})\,\hat A_i\,\log\pi_\theta(o_{i,t}),
+    \qquad \hat r_{i,t} = \min(r_{i,t},\ \varepsilon_{max})
+
+Instead of clipping the token update (which zeroes the gradient of clipped tokens, often the
+rare "fork" tokens of reasoning), CISPO clips the importance weight and stops its gradient:
+every token keeps a REINFORCE gradient ``−sg(r̂)·Â·∇log π``. The paper sets no lower bound in
+practice, so only the cap applies. ``epsilon_high`` is that absolute cap ``ε_max``, with TRL's
+meaning for ``loss_type="cispo"`` (not ``1 + ε``); default 5.0 as TRL recommends (ScaleRL,
+arXiv:2510.13786): the M1 paper does not give its value. Token-level mean over the batch;
+``Â_i = (R_i − mean_g R)/(std_g R + 1e-4)``; no KL (β = 0; with ``beta > 0`` a per-token k3
+KL, and the trainer must load a reference).
+
+``clip_frac`` = share of tokens with ``r > ε_max`` and ``Â > 0`` (TRL's ``cispo_clip_ratio``).
+Deviation from oxRL: oxRL clips two-sided to ``[1−0.2, 1+0.2]`` and multiplies the log-ratio;
+the log-ratio has the same gradient as ``log π``, but the loss values differ.
+"""
+
+from __future__ import annotations
+
+from losses._common import masked_mean
+from losses.grpo import add_k3_kl, group_advantages, online_metrics, token_ratio
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def cispo_loss(inputs: LossInputs, *, epsilon_high: float, beta: float) -> LossOutput:
+    inputs.require("cispo", "token_logps", "mask", "rewards", "group_ids")
+    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)[:, None]
+    ratio = token_ratio(inputs)
+    weight = ratio.clamp(max=epsilon_high).detach()
+    per_token = -weight * adv * inputs.token_logps
+    per_token, kl = add_k3_kl(per_token, inputs, beta, "cispo")
+    loss = masked_mean(per_token, inputs.mask, dim=None)
+    clipped = (ratio > epsilon_high) & (adv > 0)
+    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv[:, 0], kl=kl))
+
+
+spec = LossSpec(
+    name="cispo",
+    fn=cispo_loss,
+    paradigm="online",
+    data="online",
+    needs_reference=False,
+    defaults={"epsilon_high": 5.0, "beta": 0.0},
+    paper="arXiv:2506.13585 §3.1 (CISPO objective)",
+    version=1,
+    description="CISPO: REINFORCE on every token with a clipped, stop-gradient importance weight.",
+)

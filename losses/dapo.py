@@ -1,0 +1,73 @@
+r"""DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization (Yu et al., 2025).
+
+Paper: arXiv:2503.14476, the DAPO objective (§3, Eq. 8).
+
+.. math::
+
+    \mathcal{L} = -\frac{1}{\sum_{i \in K}|o_i|} \sum_{i \in K} \sum_{t=1}^{|o_i|}
+        \min\big(r_{i,t}\hat A_i,\ \mathrm{clip}(r_{i,t}, 1-\varepsilon_{low}, 1+\varepsilon_{high})\hat A_i\big)
+
+* Clip-Higher: ``ε_low = 0.2`` (``epsilon``), ``ε_high = 0.28`` (``epsilon_high``).
+* Token-level policy-gradient loss: one mean over every kept token of the batch, so long
+  responses weigh by their length (TRL ``loss_type="dapo"``).
+* Dynamic sampling: a group whose rewards are all equal has ``Â = 0`` and no signal. The paper
+  over-samples until the batch holds only informative groups; a loss cannot re-sample, so it
+  drops those groups (``K`` = kept rollouts) from the token normaliser, which is what the loss
+  would be on the filtered batch. ``groups_kept_frac`` reports the share kept. If none is kept
+  the loss is 0 with zero gradient.
+* ``Â_i = (R_i − mean_g R)/(std_g R + 1e-4)`` (unbiased std, TRL's eps); no KL (β = 0; with
+  ``beta > 0`` a k3 KL is added per token as TRL does, and the trainer must load a reference).
+
+Overlong reward shaping (the paper's fourth technique) acts on the reward, not on this loss.
+Deviation from TRL: TRL normalises by all tokens of the generation batch, flat groups
+included; we normalise by the tokens of kept groups (equal when every group has signal).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from losses.grpo import (
+    add_k3_kl,
+    clipped_surrogate,
+    flat_groups,
+    group_advantages,
+    online_metrics,
+    token_ratio,
+)
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def groups_kept_frac(flat: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Fraction of distinct groups that carry signal (not all rewards equal)."""
+    uniq, inv = torch.unique(group_ids, return_inverse=True)
+    flat_per_group = torch.zeros(uniq.numel(), dtype=torch.bool, device=flat.device).scatter(0, inv, flat)
+    return (~flat_per_group).float().mean()
+
+
+def dapo_loss(inputs: LossInputs, *, epsilon: float, epsilon_high: float, beta: float) -> LossOutput:
+    inputs.require("dapo", "token_logps", "mask", "rewards", "group_ids")
+    flat = flat_groups(inputs.rewards, inputs.group_ids)
+    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
+    ratio = token_ratio(inputs)
+    per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
+    per_token, kl = add_k3_kl(per_token, inputs, beta, "dapo")
+    keep = inputs.mask * (~flat).to(inputs.mask.dtype)[:, None]
+    loss = (per_token * keep).sum() / keep.sum().clamp(min=1.0)
+    metrics = online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl)
+    metrics["groups_kept_frac"] = groups_kept_frac(flat, inputs.group_ids)
+    return LossOutput(loss, metrics)
+
+
+spec = LossSpec(
+    name="dapo",
+    fn=dapo_loss,
+    paradigm="online",
+    data="online",
+    needs_reference=False,
+    defaults={"epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0},
+    paper="arXiv:2503.14476 Eq. 8",
+    version=1,
+    description="DAPO: clip-higher, token-level loss over the batch, groups without reward variance dropped.",
+)

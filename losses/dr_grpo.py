@@ -1,0 +1,54 @@
+r"""Dr. GRPO: GRPO done right (Liu et al., 2025, "Understanding R1-Zero-Like Training").
+
+Paper: arXiv:2503.20783, §3.2 (the Dr. GRPO objective), the unbiased form of GRPO.
+
+.. math::
+
+    \mathcal{L} = -\frac{1}{G\,L_{max}} \sum_{i=1}^{G} \sum_{t=1}^{|o_i|}
+        \min\big(r_{i,t}\tilde A_i,\ \mathrm{clip}(r_{i,t}, 1-\varepsilon, 1+\varepsilon_{high})\tilde A_i\big),
+    \qquad \tilde A_i = R_i - \mathrm{mean}_g R
+
+Two biases of GRPO are removed: no ``std_g`` division (question-difficulty bias) and no
+``1/|o_i|`` (length bias); the token sum is divided by the constant ``G·L_max`` instead
+(TRL ``loss_type="dr_grpo"`` with ``scale_rewards="none"``). ``G`` = rollouts in the batch,
+``L_max`` = ``max_completion_length``; ``None`` uses the padded width ``T`` of the batch,
+which equals the generation limit when the trainer pads rollouts to it: set it to the
+generation ``max_new_tokens`` to keep the constant fixed across batches.
+
+Defaults: ε = ε_high = 0.2, β = 0 (the paper drops the KL term); with ``beta > 0`` a k3 KL
+on ``ref_token_logps`` is added per token before the same reduction, as TRL does (the
+trainer must then load a reference: ``needs_reference`` is False).
+Deviation: flat groups get advantage exactly 0 (TRL: ~1e-8 residue).
+"""
+
+from __future__ import annotations
+
+from losses.grpo import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def dr_grpo_loss(
+    inputs: LossInputs, *, beta: float, epsilon: float, epsilon_high: float, max_completion_length: int | None
+) -> LossOutput:
+    inputs.require("dr_grpo", "token_logps", "mask", "rewards", "group_ids")
+    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=False)
+    ratio = token_ratio(inputs)
+    per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
+    per_token, kl = add_k3_kl(per_token, inputs, beta, "dr_grpo")
+    length = max_completion_length or inputs.mask.size(1)
+    loss = (per_token * inputs.mask).sum() / (inputs.mask.size(0) * length)
+    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
+
+
+spec = LossSpec(
+    name="dr_grpo",
+    fn=dr_grpo_loss,
+    paradigm="online",
+    data="online",
+    needs_reference=False,
+    defaults={"beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.2, "max_completion_length": None},
+    paper="arXiv:2503.20783 §3.2 (Dr. GRPO objective)",
+    version=1,
+    description="Dr. GRPO: GRPO without std and length normalisation (token sum / constant G*L_max).",
+)

@@ -1,0 +1,50 @@
+r"""GSPO: Group Sequence Policy Optimization (Zheng et al., 2025, Qwen).
+
+Paper: arXiv:2507.18071, the GSPO objective (§4.1).
+
+.. math::
+
+    \mathcal{L} = -\frac{1}{G}\sum_{i=1}^{G}
+        \min\big(s_i \hat A_i,\ \mathrm{clip}(s_i, 1-\varepsilon, 1+\varepsilon_{high})\hat A_i\big),
+    \qquad s_i = \exp\Big(\frac{1}{|o_i|}\sum_t \log\frac{\pi_\theta(o_{i,t})}{\pi_{old}(o_{i,t})}\Big)
+
+One importance ratio per response, the geometric mean of its token ratios, so clipping acts
+on whole responses (TRL ``importance_sampling_level="sequence"`` with ``loss_type="grpo"``).
+The clip range is tiny because ``s_i`` is length-normalised: ``ε = 3e-4``,
+``ε_high = 4e-4`` (paper §5.1). ``Â_i = (R_i − mean_g R)/(std_g R + 1e-4)`` (GRPO's group
+z-score, TRL's eps). No KL (β = 0); with ``beta > 0`` a per-token k3 KL is added and
+averaged per response before the mean over responses, as TRL does (the trainer must then
+load a reference: ``needs_reference`` is False).
+``clip_frac`` and ``ratio_mean`` are over responses. On-policy ``s_i = 1`` with gradient
+``mean_t ∇log π_θ(o_{i,t})``.
+"""
+
+from __future__ import annotations
+
+from losses._common import masked_mean
+from losses.grpo import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, sequence_ratio
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def gspo_loss(inputs: LossInputs, *, epsilon: float, epsilon_high: float, beta: float) -> LossOutput:
+    inputs.require("gspo", "token_logps", "mask", "rewards", "group_ids")
+    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
+    ratio = sequence_ratio(inputs)
+    per_seq, clipped = clipped_surrogate(ratio, adv, epsilon, epsilon_high)
+    per_token, kl = add_k3_kl(per_seq[:, None].expand_as(inputs.mask), inputs, beta, "gspo")
+    loss = masked_mean(per_token, inputs.mask).mean()
+    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
+
+
+spec = LossSpec(
+    name="gspo",
+    fn=gspo_loss,
+    paradigm="online",
+    data="online",
+    needs_reference=False,
+    defaults={"epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
+    paper="arXiv:2507.18071 §4.1 (GSPO objective)",
+    version=1,
+    description="GSPO: one length-normalised importance ratio per response, clipped at the sequence level.",
+)

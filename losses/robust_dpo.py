@@ -1,0 +1,55 @@
+r"""rDPO: provably robust DPO under label noise (Chowdhury et al., 2024).
+
+Paper: arXiv:2403.00409, Sec. 3 (the de-biased loss); TRL ``loss_type="robust"``.
+
+.. math::
+
+    \ell(h) = -\log\sigma(\beta h),\qquad
+    \mathcal{L}_{rDPO} = \frac{(1-\varepsilon)\,\ell(h) - \varepsilon\,\ell(-h)}{1-2\varepsilon}
+                       = \frac{-(1-\varepsilon)\log\sigma(\beta h) + \varepsilon\log\sigma(-\beta h)}{1-2\varepsilon}
+
+with ``h`` the DPO log-ratio margin and ε (``label_smoothing``, TRL's name) the probability that a
+label is flipped, ε ∈ [0, 0.5). The loss is an unbiased estimate of the clean DPO loss: if the
+observed label is flipped with probability ε, ``(1-ε)·L(h) + ε·L(-h) = ℓ(h)`` exactly.
+Unlike cDPO's smoothed target, the ε term enters with a **minus** sign.
+
+Deviation from the reference study (oxRL): oxRL added the ε term
+(``-[(1-ε)logσ(βh) + ε logσ(-βh)]/(1-2ε)``), which is just cDPO rescaled by 1/(1-2ε) and is not
+unbiased; we use the paper's (and TRL's) sign.
+
+Default ε = 0.1, the typical value TRL cites from the paper.
+Inputs: ``chosen_logps``, ``rejected_logps``, ``ref_chosen_logps``, ``ref_rejected_logps`` (B,),
+summed over response tokens. Reduction: mean over pairs. Metrics: implicit rewards ``β·log(π/π_ref)``.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from losses._common import pair_logratios, reward_metrics
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def robust_dpo_loss(inputs: LossInputs, *, beta: float, label_smoothing: float) -> LossOutput:
+    inputs.require("robust_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    eps = label_smoothing
+    if not 0.0 <= eps < 0.5:
+        raise ValueError(f"loss 'robust_dpo': label_smoothing must lie in [0, 0.5), got {eps}")
+    chosen, rejected = pair_logratios(inputs)
+    z = beta * (chosen - rejected)
+    losses = (-(1 - eps) * F.logsigmoid(z) + eps * F.logsigmoid(-z)) / (1 - 2 * eps)
+    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+
+
+spec = LossSpec(
+    name="robust_dpo",
+    fn=robust_dpo_loss,
+    paradigm="offline",
+    data="pairs",
+    needs_reference=True,
+    defaults={"beta": 0.1, "label_smoothing": 0.1},
+    paper="arXiv:2403.00409 Sec. 3 (unbiased robust loss)",
+    version=1,
+    description="Robust DPO: de-biased DPO loss that is unbiased for the clean loss under flip rate ε.",
+)

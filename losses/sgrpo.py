@@ -1,0 +1,76 @@
+r"""SGRPO: the reference study's (oxRL's) token-level GRPO.
+
+Paper: GRPO, arXiv:2402.03300 (Eq. 3), in the token-level form of oxRL ``algs/losses/sgrpo.py``.
+
+.. math::
+
+    \mathcal{L} = -\frac{1}{\sum_{i,t} m_{i,t}} \sum_{i,t} m_{i,t}
+        \min\big(r_{i,t} A_{i,t},\ \mathrm{clip}(r_{i,t}, 1-\varepsilon, 1+\varepsilon_{high}) A_{i,t}\big)
+        \;+\; \beta\,\frac{\sum_{i,t} m_{i,t}\,\mathrm{k3}_{i,t}}{\sum_{i,t} m_{i,t}}
+
+``r = π_θ/π_old`` per token (1 with gradient when ``old_token_logps`` is None);
+``A_i = (R_i − mean_g R) / (std_g R + 1e-8)`` per prompt group, unbiased std, eps 1e-8 =
+oxRL's ``eps_reward_norm`` default (groups with identical rewards get exactly 0). The loss
+is a mean over every response token of the batch (TRL ``loss_type="bnpo"``), not the
+paper's per-response mean. k3 KL ``π_ref/π − log(π_ref/π) − 1`` only if ``beta > 0``
+(default 0.0, as oxRL's ``kl_coeff``; ``needs_reference`` is False, so a trainer that sets
+``beta > 0`` must load a reference); ``ε = ε_high = 0.2`` (oxRL ``clip_low``/``clip_high``).
+
+``reward_broadcast=True`` gives every response token the rollout's advantage. oxRL's
+shipped configs set ``reward.broadcast: False``, which puts the advantage on the last
+response token only (all other tokens get A = 0); ``reward_broadcast=False`` reproduces that.
+
+Deviations from oxRL: broadcast on by default (see above); ``clip_frac`` counts only tokens
+whose gradient the clip zeroes (TRL's region definition), oxRL counts every ratio outside
+``[1−ε, 1+ε]``; no entropy bonus (oxRL's ``entropy_coeff`` defaults to 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from losses._common import masked_mean
+from losses.grpo import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+Tensor = torch.Tensor
+ADV_EPS = 1e-8  # oxRL reward.eps_reward_norm
+
+
+def last_token_mask(mask: Tensor) -> Tensor:
+    """(B, T) one-hot of each row's last response token (all zero for an empty response)."""
+    positions = torch.arange(mask.size(1), device=mask.device).expand_as(mask)
+    last = torch.where(mask > 0, positions, -1).amax(-1)
+    return (positions == last[:, None]).to(mask.dtype) * mask
+
+
+def token_advantages(adv: Tensor, mask: Tensor, broadcast: bool) -> Tensor:
+    """(B,) advantages onto (B, T): every response token, or only the last one (oxRL broadcast=False)."""
+    return adv[:, None] * (mask if broadcast else last_token_mask(mask))
+
+
+def sgrpo_loss(
+    inputs: LossInputs, *, epsilon: float, epsilon_high: float, beta: float, reward_broadcast: bool
+) -> LossOutput:
+    inputs.require("sgrpo", "token_logps", "mask", "rewards", "group_ids")
+    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True, eps=ADV_EPS)
+    token_adv = token_advantages(adv, inputs.mask, reward_broadcast)
+    ratio = token_ratio(inputs)
+    per_token, clipped = clipped_surrogate(ratio, token_adv, epsilon, epsilon_high)
+    per_token, kl = add_k3_kl(per_token, inputs, beta, "sgrpo")
+    loss = masked_mean(per_token, inputs.mask, dim=None)
+    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
+
+
+spec = LossSpec(
+    name="sgrpo",
+    fn=sgrpo_loss,
+    paradigm="online",
+    data="online",
+    needs_reference=False,
+    defaults={"epsilon": 0.2, "epsilon_high": 0.2, "beta": 0.0, "reward_broadcast": True},
+    paper="arXiv:2402.03300 Eq. 3 (token-level form of the reference study, oxRL)",
+    version=1,
+    description="Reference study's GRPO: group z-scores, clipped token ratio, mean over all batch tokens, no KL.",
+)

@@ -1,0 +1,45 @@
+r"""SPPO: self-play preference optimisation, hard-label form (Wu et al., 2024).
+
+Paper: arXiv:2405.00675, Eq. 4.7 (Algorithm 1) with hard win probabilities; TRL ``loss_type="sppo_hard"``.
+
+.. math::
+
+    \mathcal{L}_{SPPO} = \Big(\log\tfrac{\pi_\theta(y_w|x)}{\pi_{ref}(y_w|x)} - \tfrac{1}{2\beta}\Big)^2
+                       + \Big(\log\tfrac{\pi_\theta(y_l|x)}{\pi_{ref}(y_l|x)} + \tfrac{1}{2\beta}\Big)^2
+
+The paper regresses each response's log-ratio onto ``η(P̂(y ≻ π_t) − 1/2)``, with P̂ a win
+probability estimated by a preference model (PairRM) and ``π_t`` the previous iterate. The hard
+version sets P̂ = 1 for the chosen and 0 for the rejected response and writes ``η = 1/β``; the
+reference model plays the role of ``π_t`` (one iteration). Chosen and rejected are pushed to fixed
+targets ``±1/(2β)`` independently, so the chosen likelihood rises and the rejected one falls.
+
+Inputs: ``chosen_logps``, ``rejected_logps``, ``ref_chosen_logps``, ``ref_rejected_logps`` (B,),
+summed over response tokens. Reduction: mean over pairs. Metrics: implicit rewards ``β·log(π/π_ref)``.
+"""
+
+from __future__ import annotations
+
+from losses._common import pair_logratios, reward_metrics
+from losses.registry import LossSpec
+from losses.types import LossInputs, LossOutput
+
+
+def sppo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+    inputs.require("sppo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    chosen, rejected = pair_logratios(inputs)
+    target = 1.0 / (2.0 * beta)
+    losses = (chosen - target) ** 2 + (rejected + target) ** 2
+    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+
+
+spec = LossSpec(
+    name="sppo",
+    fn=sppo_loss,
+    paradigm="offline",
+    data="pairs",
+    needs_reference=True,
+    defaults={"beta": 0.1},
+    paper="arXiv:2405.00675 Eq. 4.7 (hard labels P=1/0)",
+    version=1,
+    description="Self-play preference optimisation (hard labels): regress log-ratios onto +1/(2β) and -1/(2β).",
+)
