@@ -9,9 +9,12 @@ Everything here is a pure function over tidy pandas DataFrames:
   :func:`paired_vs_baseline`; rankings :func:`rank_table`, :func:`rank_inversions`.
 * :mod:`analysis.leverage`: :func:`leverage` (which factor moves the metric most) and
   :func:`task_leverage` (method spread in- vs out-of-distribution).
+* :mod:`analysis.report`: :func:`write_report` / :func:`render_report`, the self-contained HTML
+  leaderboard behind ``oxbench report DIR``.
 """
 
 from analysis.leverage import eta_squared, leverage, task_leverage
+from analysis.report import render_report, write_report
 from analysis.runs import load_failed, load_problem_outcomes, load_runs, scale_order
 from analysis.stats import (
     adjust_pvalues,
@@ -39,9 +42,11 @@ __all__ = [
     "paired_vs_baseline",
     "rank_inversions",
     "rank_table",
+    "render_report",
     "scale_order",
     "summarize",
     "task_leverage",
     "welch",
     "welch_vs_baseline",
+    "write_report",
 ]

@@ -1,0 +1,991 @@
+r"""The self-contained HTML leaderboard: ``oxbench report DIR`` writes ``DIR/report.html``.
+
+One file and no network: tables are plain HTML sorted by a few lines of inline JavaScript
+(``templates/sort_script.html``), plots are inline SVG drawn here in Python. Every string that
+comes from a run record, a config or a plugin (method, scale, error, package names, ...) is
+escaped: Jinja2 autoescapes the templates and the SVG builder :func:`_tag` escapes every
+attribute value and text node. A Content-Security-Policy ``<meta>`` allowing no source at all,
+and only the report's own script (by its SHA-256), is a second line of defence.
+
+What is shown, and from which function of :mod:`analysis`:
+
+* per scale, a leaderboard: :func:`~analysis.summarize` (mean over seeds ± the t-interval
+  :math:`t_{0.975,n-1}\,s/\sqrt n`, in %), the per-seed values as dots, and
+  :func:`~analysis.welch_vs_baseline` (Δ in points, ``p_adj`` after ``correction`` over the m
+  methods compared at that scale, significance ``p_adj < alpha``, Hedges' g); OOD accuracy and
+  best@k (mean ± CI) when the runs report them;
+* accuracy vs scale (scales ordered by ``scale_params``) with the t-interval as a band;
+* a forest plot of Δ vs the baseline with the Welch :math:`1-\alpha` interval and, for
+  ``bonferroni``/``holm``, the simultaneous Bonferroni interval at level :math:`1-\alpha/m`
+  (:math:`\Delta \pm t_{1-\alpha/(2m),\,df}\,SE`). ``p_adj = min(1, m p) < \alpha`` exactly when
+  that interval excludes 0; Holm rejects at least as often, so for Holm it is conservative;
+* :func:`~analysis.leverage` (range in points and :math:`\eta^2` per factor);
+  :func:`~analysis.rank_table` as a bump chart with :func:`~analysis.rank_inversions` (Kendall τ
+  between consecutive scales); :func:`~analysis.task_leverage` (ID vs OOD spread) with OOD data;
+  :func:`~analysis.paired_vs_baseline` (McNemar and paired bootstrap) per split with eval.jsonl;
+* failed runs (:func:`~analysis.load_failed`) and provenance (git shas, config hashes, the union
+  of package versions, loss versions, ``data_order_sha`` per run).
+
+When the grid ran both full fine-tuning and LoRA, LoRA arms are shown as ``"<method> (LoRA)"``
+so that no cell mixes the two. When ``baseline`` was not run, the first method (alphabetically)
+present at every scale is used instead and the report says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pandas as pd
+from markupsafe import Markup, escape
+
+from analysis.leverage import leverage, task_leverage
+from analysis.runs import RUN_COLUMNS, _records, load_failed, load_problem_outcomes, load_runs
+from analysis.stats import (
+    CORRECTIONS,
+    paired_vs_baseline,
+    rank_inversions,
+    rank_table,
+    summarize,
+    welch,
+    welch_vs_baseline,
+)
+
+TEMPLATES = Path(__file__).with_name("templates")
+OOD = "ood_accuracy"
+BEST_AT = re.compile(r"best_at_(\d+)$")
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#79706e",
+)
+DASHES = ("", "6 3", "2 3")
+FONT = 12
+ROW = 18
+
+
+def write_report(
+    directory: str | Path,
+    *,
+    baseline: str = "dpo",
+    metric: str = "accuracy",
+    correction: str = "bonferroni",
+    alpha: float = 0.05,
+) -> Path:
+    """Write ``directory/report.html`` (see :func:`render_report`) and return its path."""
+    html = render_report(directory, baseline=baseline, metric=metric, correction=correction, alpha=alpha)
+    path = Path(directory) / "report.html"
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def render_report(
+    directory: str | Path,
+    *,
+    baseline: str = "dpo",
+    metric: str = "accuracy",
+    correction: str = "bonferroni",
+    alpha: float = 0.05,
+) -> str:
+    """The report on every run record under ``directory``, as one self-contained HTML string.
+
+    Raises a one-line ``ValueError`` when ``directory`` holds no run.json, when finished runs
+    exist but none reports ``metric``, or for a bad ``correction``/``alpha``.
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r}; expected one of {CORRECTIONS}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    data = _load(Path(directory), metric)
+    return _render(_context(data, baseline, metric, correction, alpha))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Data:
+    root: Path
+    records: list[dict]
+    runs: pd.DataFrame  # finished runs, as load_runs gives them
+    arms: pd.DataFrame  # the same with LoRA arms relabelled
+    failed: pd.DataFrame
+    outcomes: pd.DataFrame
+
+
+def _load(root: Path, metric: str) -> _Data:
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such results directory")
+    records = _records(root)
+    if not records:
+        raise ValueError(f"{root}: no run records (run.json) found")
+    runs = load_runs(root)
+    if len(runs) and (metric not in runs.columns or runs[metric].isna().all()):
+        have = [c for c in runs.columns if c not in RUN_COLUMNS]
+        raise ValueError(f"{root}: no finished run reports metric {metric!r}; metrics present: {have}")
+    return _Data(root, records, runs, _arms(runs), load_failed(root), load_problem_outcomes(root))
+
+
+def _arms(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs with ``method`` relabelled ``"<method> (LoRA)"`` for LoRA runs, if both settings ran."""
+    arms = runs.copy()
+    if arms["lora"].nunique() > 1:
+        lora = arms["lora"].astype(bool)
+        arms.loc[lora, "method"] = arms.loc[lora, "method"] + " (LoRA)"
+    return arms
+
+
+def _resolve_baseline(arms: pd.DataFrame, baseline: str, metric: str) -> tuple[str | None, str | None]:
+    """(baseline used, note) — the requested one if it ran, else the fallback described above."""
+    if not len(arms):
+        return None, None
+    scored = arms.dropna(subset=[metric])
+    if baseline in set(scored["method"]):
+        return baseline, None
+    scales = scored.groupby("method")["scale"].nunique()
+    everywhere = sorted(scales[scales == scored["scale"].nunique()].index)
+    if everywhere:
+        chosen, why = everywhere[0], "the first method alphabetically present at every scale"
+    else:
+        chosen, why = sorted(scales.index, key=lambda m: (-scales[m], m))[0], "the method run at most scales"
+    return chosen, f"Baseline {baseline!r} has no finished run; comparing against {chosen!r} ({why})."
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables (rendered by the `table` macro of report.html)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    """One table cell: ``text`` (escaped by Jinja2) or ``html`` (Markup built here), plus its sort key."""
+
+    text: str = ""
+    sort: str | None = None
+    html: Markup | None = None
+    title: str | None = None
+    cls: str = ""
+
+
+@dataclass
+class Column:
+    label: str
+    kind: str = "text"  # "text", "number" or "none" (not sortable)
+    title: str | None = None
+
+
+@dataclass
+class Table:
+    id: str
+    columns: list[Column]
+    rows: list[list[Cell]] = field(default_factory=list)
+
+
+def _key(x: float | None) -> str:
+    """The data-sort value of a number: '' for NaN/None (sorted last), ±Infinity for infinities."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return repr(float(x))
+
+
+def _pct(x: float, digits: int = 1, sign: bool = False) -> str:
+    """100·x with ``digits`` decimals ('—' for NaN)."""
+    if x is None or math.isnan(x):
+        return "—"
+    return f"{100 * x:+.{digits}f}" if sign else f"{100 * x:.{digits}f}"
+
+
+def _p(p: float) -> str:
+    if p is None or math.isnan(p):
+        return "—"
+    return f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
+
+
+def _fixed(x: float, digits: int = 2, sign: bool = False) -> str:
+    if x is None or math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return "+∞" if x > 0 else "−∞"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _params(n: int) -> str:
+    """A parameter count as 1.0M, 494M, 1.5B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            v = n / size
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return str(n)
+
+
+def _mean_ci(row: pd.Series | None) -> Cell:
+    """'mean ± half-width' in % from a summarize row (no ± with one seed)."""
+    if row is None:
+        return Cell("—", "")
+    half = row["ci_high"] - row["mean"]
+    text = _pct(row["mean"]) if math.isnan(half) else f"{_pct(row['mean'])} ± {_pct(half)}"
+    title = f"t-interval [{_pct(row['ci_low'])}, {_pct(row['ci_high'])}] %, n = {row['n']}"
+    return Cell(text, _key(row["mean"]), title=title if not math.isnan(half) else "one seed: no interval")
+
+
+# ---------------------------------------------------------------------------------------------
+# Report context
+# ---------------------------------------------------------------------------------------------
+
+
+def _context(data: _Data, requested: str, metric: str, correction: str, alpha: float) -> dict:
+    baseline, note = _resolve_baseline(data.arms, requested, metric)
+    ctx = {
+        "title": f"oxbench report: {data.root.name or data.root}",
+        "root": str(data.root),
+        "metric": metric,
+        "baseline": baseline,
+        "baseline_note": note,
+        "correction": correction,
+        "alpha": alpha,
+        "counts": Counter(r["status"] for r in data.records),
+        "failed": _failed_table(data),
+        "provenance": _provenance(data.records),
+    }
+    if baseline is not None:
+        ctx.update(_results(data, baseline, metric, correction, alpha))
+    return ctx
+
+
+def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: float) -> dict:
+    arms = data.arms
+    summary = summarize(arms, metric)
+    tests = welch_vs_baseline(arms, metric, baseline, correction=correction, alpha=alpha)
+    scales = list(dict.fromkeys(summary["scale"]))
+    params = arms.groupby("scale")["scale_params"].first()
+    style = _styles(sorted(arms["method"].unique()))
+    ood = OOD in arms.columns and arms[OOD].notna().any()
+    paired, paired_errors = _paired_tables(data.outcomes, arms, baseline, correction, alpha)
+    tested = tests.groupby("scale", sort=False)["p"].count().to_dict()  # m per scale
+    return {
+        "single_seed": bool(summary["n"].max() < 2),
+        "scales": _scale_sections(arms, summary, tests, scales, params, metric, baseline, style),
+        "scale_plot": _scale_plot(summary, scales, params, style),
+        "forest": _forest(arms, tests, scales, metric, baseline, correction, alpha),
+        "forest_m": tested,
+        "forest_adjusted": correction != "none" and any(m > 1 for m in tested.values()),
+        "leverage": _leverage_section(data.runs, metric),
+        "ranks": _rank_section(arms, metric, scales, style),
+        "ood": _ood_section(arms, metric, scales) if ood else None,
+        "paired": paired,
+        "paired_errors": paired_errors,
+    }
+
+
+def _styles(methods: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """method -> (colour, dash pattern), stable for the whole report."""
+    return {
+        m: (PALETTE[i % len(PALETTE)], DASHES[i // len(PALETTE) % len(DASHES)]) for i, m in enumerate(methods)
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-scale leaderboards
+# ---------------------------------------------------------------------------------------------
+
+
+def _extra_metrics(arms: pd.DataFrame) -> list[tuple[str, str]]:
+    """(column, label) for OOD accuracy and each best@k present in the runs."""
+    present = [c for c in arms.columns if c not in RUN_COLUMNS and arms[c].notna().any()]
+    extra = [(OOD, "OOD acc. (%)")] if OOD in present else []
+    best = sorted((int(m.group(1)), c) for c in present if (m := BEST_AT.match(c)))
+    return extra + [(c, f"best@{k} (%)") for k, c in best]
+
+
+def _scale_sections(arms, summary, tests, scales, params, metric, baseline, style) -> list[dict]:
+    extra = [
+        (label, summarize(arms, col).set_index(["scale", "method"])) for col, label in _extra_metrics(arms)
+    ]
+    paradigm = arms.groupby("method")["paradigm"].first()
+    sections = []
+    for i, scale in enumerate(scales):
+        cells = summary[summary["scale"] == scale].set_index("method")
+        welch_rows = tests[tests["scale"] == scale].set_index("method")
+        table = Table(f"leaderboard-{i}", _leaderboard_columns(metric, extra))
+        lo, hi = _value_range(cells["values"])
+        for method, row in cells.sort_values("mean", ascending=False).iterrows():
+            test = welch_rows.loc[method] if method in welch_rows.index else None
+            table.rows.append(
+                [
+                    Cell(method, method, cls="name"),
+                    Cell(paradigm[method], paradigm[method]),
+                    Cell(str(row["n"]), _key(row["n"])),
+                    _mean_ci(row),
+                    Cell(html=_dots(row["values"], row["mean"], lo, hi, style[method][0]), sort=""),
+                    *_test_cells(test, method == baseline),
+                    *[
+                        _mean_ci(s.loc[(scale, method)] if (scale, method) in s.index else None)
+                        for _, s in extra
+                    ],
+                ]
+            )
+        sections.append(
+            {
+                "id": f"scale-{i}",
+                "scale": scale,
+                "params": _params(int(params[scale])),
+                "table": table,
+                "has_baseline": baseline in cells.index,
+            }
+        )
+    return sections
+
+
+def _leaderboard_columns(metric: str, extra: list) -> list[Column]:
+    return [
+        Column("Method"),
+        Column("Paradigm"),
+        Column("n", "number", "seeds"),
+        Column(f"{metric} (%) ± 95% CI", "number", "mean over seeds ± t-interval half-width"),
+        Column("Seeds", "none", "one dot per seed; the bar is the mean"),
+        Column("Δ vs baseline (pp)", "number", "mean difference to the baseline, percentage points"),
+        Column("p_adj", "number", "Welch p-value after correction over the methods at this scale"),
+        Column("Sig.", "text", "p_adj < α"),
+        Column("Hedges' g", "number", "bias-corrected standardized mean difference"),
+        *[Column(label, "number", "mean ± 95% t-interval") for label, _ in extra],
+    ]
+
+
+def _test_cells(test: pd.Series | None, is_baseline: bool) -> list[Cell]:
+    """Δ, p_adj, significance and Hedges' g cells of one leaderboard row."""
+    if is_baseline:
+        return [Cell("baseline", "0"), Cell("", ""), Cell("baseline", "", cls="base"), Cell("", "")]
+    if test is None:
+        return [Cell("—", "", title="baseline not run at this scale")] + [Cell("—", "") for _ in range(3)]
+    ci = f"Welch CI [{_pct(test['ci_low'])}, {_pct(test['ci_high'])}] pp; unadjusted p = {_p(test['p'])}"
+    if math.isnan(test["p"]):
+        sig = Cell("n/a", "", title="needs at least 2 seeds on both sides")
+    elif test["significant"]:
+        sig = Cell("▲ sig." if test["delta"] > 0 else "▼ sig.", "1", cls="sig")
+    else:
+        sig = Cell("n.s.", "0")
+    return [
+        Cell(_pct(test["delta"], sign=True), _key(test["delta"]), title=ci),
+        Cell(_p(test["p_adj"]), _key(test["p_adj"])),
+        sig,
+        Cell(_fixed(test["hedges_g"], sign=True), _key(test["hedges_g"])),
+    ]
+
+
+def _value_range(values: Iterable[list[float]]) -> tuple[float, float]:
+    flat = [v for vs in values for v in vs]
+    lo, hi = min(flat), max(flat)
+    pad = (hi - lo) * 0.08 or 0.01
+    return lo - pad, hi + pad
+
+
+# ---------------------------------------------------------------------------------------------
+# SVG building blocks (every value and text escaped)
+# ---------------------------------------------------------------------------------------------
+
+
+def _tag(name: str, content: str | Markup | Sequence[Markup] = "", **attrs) -> Markup:
+    """``<name attr="...">content</name>``; attribute values and string content are escaped.
+
+    Keyword names map to attributes with ``_`` -> ``-`` (``class_`` -> ``class``); floats are
+    written with one decimal; ``None`` drops the attribute.
+    """
+    parts = [
+        f' {k.rstrip("_").replace("_", "-")}="{escape(_attr(v))}"' for k, v in attrs.items() if v is not None
+    ]
+    if not isinstance(content, str):
+        content = Markup("").join(content)
+    return Markup(f"<{name}{''.join(parts)}>") + escape(content) + Markup(f"</{name}>")
+
+
+def _attr(v: object) -> object:
+    return f"{v:.1f}" if isinstance(v, float) else v
+
+
+def _svg(width: float, height: float, label: str, children: Sequence[Markup]) -> Markup:
+    return _tag(
+        "svg",
+        children,
+        viewBox=f"0 0 {width:.0f} {height:.0f}",
+        width=f"{width:.0f}",
+        height=f"{height:.0f}",
+        role="img",
+        aria_label=label,
+        class_="plot",
+    )
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start", **attrs) -> Markup:
+    return _tag("text", text, x=x, y=y, text_anchor=anchor, font_size=FONT, **attrs)
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, stroke: str = "#999", **attrs) -> Markup:
+    return _tag("line", x1=x1, y1=y1, x2=x2, y2=y2, stroke=stroke, **attrs)
+
+
+def _label(name: str, limit: int = 26) -> Markup:
+    """A possibly shortened name, with the full name as a tooltip."""
+    short = name if len(name) <= limit else name[: limit - 1] + "…"
+    return Markup("").join([_tag("title", name), escape(short)])
+
+
+@dataclass
+class _Axis:
+    """Linear map of the data interval [lo, hi] onto pixels [a, b]."""
+
+    lo: float
+    hi: float
+    a: float
+    b: float
+
+    def __call__(self, v: float) -> float:
+        return self.a + (v - self.lo) / (self.hi - self.lo) * (self.b - self.a)
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick values (step 1, 2 or 5 × 10^k) covering [lo, hi]."""
+    if hi <= lo:
+        lo, hi = lo - 1, hi + 1
+    raw = (hi - lo) / n
+    step = min((m * 10 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)), key=lambda s: abs(s - raw))
+    first = math.floor(lo / step) * step
+    count = math.ceil((hi - first) / step - 1e-9)
+    return [round(first + k * step, 10) for k in range(count + 1)]
+
+
+def _dots(values: list[float], mean: float, lo: float, hi: float, color: str) -> Markup:
+    """Per-seed dots on a shared axis for one leaderboard row; the vertical bar is the mean."""
+    x = _Axis(lo, hi, 6, 114)
+    marks = [_line(x(mean), 2, x(mean), 16, stroke="#333", stroke_width=1.5)]
+    marks += [_tag("circle", cx=x(v), cy=9.0, r=3.5, fill=color, fill_opacity=0.8) for v in values]
+    title = _tag("title", "seeds: " + ", ".join(_pct(v) for v in values) + " %")
+    return _tag("svg", [title, *marks], viewBox="0 0 120 18", width="120", height="18", class_="dots")
+
+
+def _grid_y(y: _Axis, ticks: list[float], x0: float, x1: float, fmt=lambda t: f"{t:g}") -> list[Markup]:
+    out = []
+    for t in ticks:
+        out += [_line(x0, y(t), x1, y(t), stroke="#e5e5e5"), _text(x0 - 6, y(t) + 4, fmt(t), "end")]
+    return out
+
+
+def _grid_x(x: _Axis, ticks: list[float], y0: float, y1: float) -> list[Markup]:
+    out = []
+    for t in ticks:
+        out += [_line(x(t), y0, x(t), y1, stroke="#e5e5e5"), _text(x(t), y1 + 14, f"{t:g}", "middle")]
+    return out
+
+
+def _legend(methods: Sequence[str], style: dict, x: float, y: float) -> list[Markup]:
+    out = []
+    for i, m in enumerate(methods):
+        color, dash = style[m]
+        yy = y + i * ROW
+        out.append(_line(x, yy, x + 22, yy, stroke=color, stroke_width=2.5, stroke_dasharray=dash or None))
+        out.append(_tag("text", _label(m), x=x + 28, y=yy + 4, font_size=FONT))
+    return out
+
+
+def _scale_x(scales: Sequence[str], left: float, width: float) -> dict[str, float]:
+    step = width / len(scales)
+    return {s: left + (i + 0.5) * step for i, s in enumerate(scales)}
+
+
+def _scale_labels(xs: dict[str, float], params: pd.Series, y: float) -> list[Markup]:
+    out = []
+    for s, x in xs.items():
+        out.append(_tag("text", _label(s, 22), x=x, y=y, text_anchor="middle", font_size=FONT))
+        out.append(_text(x, y + 14, _params(int(params[s])), "middle", fill="#666"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------
+
+
+def _scale_plot(summary: pd.DataFrame, scales: list[str], params: pd.Series, style: dict) -> Markup:
+    """Mean metric (%) per method across scales; band = t-interval over seeds (bar if isolated)."""
+    methods = sorted(summary["method"].unique())
+    left, top, width = 56.0, 16.0, max(300.0, 110.0 * len(scales))
+    height = 260.0
+    lows = summary["ci_low"].fillna(summary["mean"])
+    highs = summary["ci_high"].fillna(summary["mean"])
+    ticks = _ticks(100 * lows.min(), 100 * highs.max())
+    y = _Axis(ticks[0], ticks[-1], top + height, top)
+    xs = _scale_x(scales, left, width)
+    parts = _grid_y(y, ticks, left, left + width) + _scale_labels(xs, params, top + height + 18)
+    for m in methods:
+        rows = summary[summary["method"] == m].set_index("scale")
+        parts += _method_trace(
+            [(xs[s], rows.loc[s] if s in rows.index else None) for s in scales], y, style[m]
+        )
+    parts += _legend(methods, style, left + width + 24, top + 6)
+    parts.append(_text(14, top + height / 2, "%", "middle", fill="#666"))
+    return _svg(
+        left + width + 230, max(top + height + 44, top + 6 + ROW * len(methods)), "metric vs scale", parts
+    )
+
+
+def _method_trace(
+    points: list[tuple[float, pd.Series | None]], y: _Axis, style: tuple[str, str]
+) -> list[Markup]:
+    """Bands over consecutive scales with an interval, a line through the means, the points."""
+    color, dash = style
+    out: list[Markup] = []
+    for run in _segments(points, lambda r: r is not None and not math.isnan(r["ci_low"])):
+        if len(run) > 1:
+            top = [f"{x:.1f},{y(100 * r['ci_high']):.1f}" for x, r in run]
+            bottom = [f"{x:.1f},{y(100 * r['ci_low']):.1f}" for x, r in reversed(run)]
+            out.append(_tag("polygon", points=" ".join(top + bottom), fill=color, fill_opacity=0.15))
+        else:
+            ((x, r),) = run
+            out.append(
+                _line(x, y(100 * r["ci_low"]), x, y(100 * r["ci_high"]), stroke=color, stroke_width=1.5)
+            )
+    for run in _segments(points, lambda r: r is not None):
+        line = " ".join(f"{x:.1f},{y(100 * r['mean']):.1f}" for x, r in run)
+        out.append(
+            _tag(
+                "polyline",
+                points=line,
+                fill="none",
+                stroke=color,
+                stroke_width=2.0,
+                stroke_dasharray=dash or None,
+            )
+        )
+        out += [_tag("circle", cx=x, cy=y(100 * r["mean"]), r=3.5, fill=color) for x, r in run]
+    return out
+
+
+def _segments(points: list[tuple[float, object]], keep) -> list[list[tuple[float, object]]]:
+    """Maximal runs of consecutive points whose value passes ``keep``."""
+    runs, current = [], []
+    for x, r in points:
+        if keep(r):
+            current.append((x, r))
+        elif current:
+            runs.append(current)
+            current = []
+    return runs + ([current] if current else [])
+
+
+def _forest(arms, tests, scales, metric, baseline, correction, alpha) -> Markup | None:
+    """Δ vs baseline (pp) per scale and method: dark = Welch 1−α CI, light = Bonferroni 1−α/m CI."""
+    if not len(tests):
+        return None
+    rows = [
+        r
+        for s in scales
+        for r in _forest_rows(arms, tests[tests["scale"] == s], metric, baseline, correction, alpha)
+    ]
+    values = [
+        v for r in rows for v in (r["delta"], r["lo"], r["hi"], r["adj_lo"], r["adj_hi"]) if not math.isnan(v)
+    ]
+    ticks = _ticks(100 * min(values + [0.0]), 100 * max(values + [0.0]))
+    left, top, width = 230.0, 10.0, 420.0
+    height = ROW * (len(rows) + len(scales))
+    x = _Axis(ticks[0], ticks[-1], left, left + width)
+    parts = _grid_x(x, ticks, top, top + height)
+    parts.append(_line(x(0), top, x(0), top + height, stroke="#333", stroke_dasharray="3 3"))
+    yy = top
+    for s in scales:
+        parts.append(_tag("text", _label(s, 30), x=8, y=yy + 13, font_size=FONT, font_weight="bold"))
+        yy += ROW
+        for r in (r for r in rows if r["scale"] == s):
+            parts += _forest_row(r, x, yy + ROW / 2)
+            yy += ROW
+    parts.append(_text(left + width / 2, top + height + 30, "Δ vs baseline (percentage points)", "middle"))
+    return _svg(left + width + 20, top + height + 40, "forest plot", parts)
+
+
+def _forest_rows(arms, tests, metric, baseline, correction, alpha) -> list[dict]:
+    m = int(tests["p"].count())
+    rows = []
+    for _, t in tests.iterrows():
+        adj_lo = adj_hi = math.nan
+        if correction != "none" and m > 1 and not math.isnan(t["p"]):
+            cell = arms[arms["scale"] == t["scale"]].dropna(subset=[metric])
+            a = cell.loc[cell["method"] == t["method"], metric]
+            b = cell.loc[cell["method"] == baseline, metric]
+            adjusted = welch(a, b, alpha / m)
+            adj_lo, adj_hi = adjusted["ci_low"], adjusted["ci_high"]
+        rows.append(
+            {
+                "scale": t["scale"],
+                "method": t["method"],
+                "delta": t["delta"],
+                "lo": t["ci_low"],
+                "hi": t["ci_high"],
+                "adj_lo": adj_lo,
+                "adj_hi": adj_hi,
+                "significant": bool(t["significant"]),
+            }
+        )
+    return rows
+
+
+def _forest_row(r: dict, x: _Axis, y: float) -> list[Markup]:
+    out = [_tag("text", _label(r["method"], 30), x=20, y=y + 4, font_size=FONT)]
+    if not math.isnan(r["adj_lo"]):
+        out.append(_line(x(100 * r["adj_lo"]), y, x(100 * r["adj_hi"]), y, stroke="#9ecae1", stroke_width=7))
+    if not math.isnan(r["lo"]):
+        out.append(_line(x(100 * r["lo"]), y, x(100 * r["hi"]), y, stroke="#08519c", stroke_width=2))
+    fill = "#08519c" if r["significant"] else "#fff"
+    tip = f"Δ {_pct(r['delta'], sign=True)} pp, CI [{_pct(r['lo'])}, {_pct(r['hi'])}]"
+    out.append(
+        _tag("circle", _tag("title", tip), cx=x(100 * r["delta"]), cy=y, r=4.0, fill=fill, stroke="#08519c")
+    )
+    return out
+
+
+def _bars(rows: list[tuple[str, float, str]], x: _Axis, top: float, color: str) -> list[Markup]:
+    """Horizontal bars (label, value, value text) starting at x(0)."""
+    out = []
+    for i, (_, value, text) in enumerate(rows):
+        y = top + i * ROW
+        if not math.isnan(value):
+            out.append(
+                _tag("rect", x=x(0), y=y + 3, width=max(0.0, x(value) - x(0)), height=ROW - 6, fill=color)
+            )
+        out.append(_text((x(value) if not math.isnan(value) else x(0)) + 4, y + 13, text))
+    return out
+
+
+def _leverage_section(runs: pd.DataFrame, metric: str) -> dict | None:
+    table = leverage(runs, metric)
+    if not len(table):
+        return None
+    names = table["factor"].tolist()
+    top, label_w = 24.0, 140.0
+    range_max = max(1.0, float(np.nanmax(table["range_points"].to_numpy(float), initial=0.0)))
+    xr = _Axis(0, range_max * 1.25, label_w, label_w + 230)
+    xe = _Axis(0, 1.25, label_w + 280, label_w + 510)
+    parts = [_text(8, top + i * ROW + 13, n) for i, n in enumerate(names)]
+    parts += [_text(label_w, 14, "range (pp)"), _text(label_w + 280, 14, "η²")]
+    parts += _bars([(n, v, _fixed(v, 1)) for n, v in zip(names, table["range_points"])], xr, top, "#4e79a7")
+    parts += _bars([(n, v, _fixed(v, 2)) for n, v in zip(names, table["eta_squared"])], xe, top, "#f28e2b")
+    rows = Table(
+        "leverage",
+        [
+            Column("Factor"),
+            Column("Levels", "number"),
+            Column("Range (pp)", "number"),
+            Column("η²", "number"),
+            Column("Contexts", "number"),
+            Column("Runs", "number"),
+        ],
+    )
+    for _, r in table.iterrows():
+        rows.rows.append(
+            [
+                Cell(r["factor"], r["factor"]),
+                Cell(str(r["n_levels"]), _key(r["n_levels"])),
+                Cell(_fixed(r["range_points"], 1), _key(r["range_points"])),
+                Cell(_fixed(r["eta_squared"], 3), _key(r["eta_squared"])),
+                Cell(str(r["n_contexts"]), _key(r["n_contexts"])),
+                Cell(str(r["n_runs"]), _key(r["n_runs"])),
+            ]
+        )
+    return {"plot": _svg(label_w + 560, top + ROW * len(names) + 8, "leverage", parts), "table": rows}
+
+
+def _rank_section(arms: pd.DataFrame, metric: str, scales: list[str], style: dict) -> dict | None:
+    if len(scales) < 2:
+        return None
+    ranks = rank_table(arms, metric, by="scale")
+    params = arms.groupby("scale")["scale_params"].first()
+    left, top, width = 40.0, 14.0, max(300.0, 120.0 * len(scales))
+    n = int(ranks["rank"].max())
+    y = _Axis(1, max(n, 2), top, top + ROW * max(n - 1, 1) * 1.4)
+    xs = _scale_x(scales, left, width)
+    parts = _grid_y(y, list(range(1, n + 1)), left, left + width, fmt=lambda t: f"#{t:g}")
+    parts += _scale_labels(xs, params, y(max(n, 2)) + 24)
+    for m in sorted(ranks["method"].unique()):
+        mine = ranks[ranks["method"] == m].set_index("scale")["rank"]
+        points = [(xs[s], mine.get(s)) for s in scales]
+        parts += _bump_trace(m, points, y, style[m])
+    table = _inversion_table(rank_inversions(arms, metric))
+    return {"plot": _svg(left + width + 220, y(max(n, 2)) + 48, "rank by scale", parts), "table": table}
+
+
+def _bump_trace(method: str, points: list[tuple[float, float | None]], y: _Axis, style) -> list[Markup]:
+    color, dash = style
+    out = []
+    for run in _segments(points, lambda r: r is not None and not pd.isna(r)):
+        line = " ".join(f"{x:.1f},{y(r):.1f}" for x, r in run)
+        out.append(
+            _tag(
+                "polyline",
+                points=line,
+                fill="none",
+                stroke=color,
+                stroke_width=2.5,
+                stroke_dasharray=dash or None,
+            )
+        )
+        out += [_tag("circle", _tag("title", method), cx=x, cy=y(r), r=4.0, fill=color) for x, r in run]
+    last = [(x, r) for x, r in points if r is not None and not pd.isna(r)][-1]
+    out.append(_tag("text", _label(method), x=last[0] + 10, y=y(last[1]) + 4, font_size=FONT, fill=color))
+    return out
+
+
+def _inversion_table(inv: pd.DataFrame) -> Table:
+    table = Table(
+        "inversions",
+        [
+            Column("From"),
+            Column("To"),
+            Column("Methods", "number"),
+            Column("Kendall τ", "number"),
+            Column("p", "number"),
+            Column("Flips", "number"),
+            Column("Swapped pairs", "none"),
+        ],
+    )
+    for _, r in inv.iterrows():
+        flips = "; ".join(f"{a} > {b} → {b} > {a}" for a, b in r["flips"]) or "none"
+        table.rows.append(
+            [
+                Cell(r["scale_from"], r["scale_from"]),
+                Cell(r["scale_to"], r["scale_to"]),
+                Cell(str(r["n_methods"]), _key(r["n_methods"])),
+                Cell(_fixed(r["tau"], 3, sign=True), _key(r["tau"])),
+                Cell(_p(r["p"]), _key(r["p"])),
+                Cell(str(r["n_flips"]), _key(r["n_flips"])),
+                Cell(flips, ""),
+            ]
+        )
+    return table
+
+
+def _ood_section(arms: pd.DataFrame, metric: str, scales: list[str]) -> dict | None:
+    spread = task_leverage(arms, metric, OOD)
+    if not len(spread):
+        return None
+    top, label_w = 24.0, 200.0
+    vmax = max(1.0, float(np.nanmax(spread[["id_spread", "ood_spread"]].to_numpy(float))))
+    x = _Axis(0, vmax * 1.25, label_w, label_w + 360)
+    parts = [_text(label_w, 14, "method spread (max − min of method means, pp)")]
+    for i, (_, r) in enumerate(spread.iterrows()):
+        y = top + i * ROW * 2.5
+        parts.append(_tag("text", _label(r["scale"], 28), x=8, y=y + 18, font_size=FONT))
+        parts += _bars([("ID", r["id_spread"], f"ID {_fixed(r['id_spread'], 1)}")], x, y, "#4e79a7")
+        parts += _bars([("OOD", r["ood_spread"], f"OOD {_fixed(r['ood_spread'], 1)}")], x, y + ROW, "#e15759")
+    table = Table(
+        "ood-spread",
+        [
+            Column("Scale"),
+            Column("Methods", "number"),
+            Column("ID spread (pp)", "number"),
+            Column("OOD spread (pp)", "number"),
+            Column("OOD / ID", "number"),
+            Column("Best ID"),
+            Column("Best OOD"),
+        ],
+    )
+    for _, r in spread.iterrows():
+        table.rows.append(
+            [
+                Cell(r["scale"], r["scale"]),
+                Cell(str(r["n_methods"]), _key(r["n_methods"])),
+                Cell(_fixed(r["id_spread"], 1), _key(r["id_spread"])),
+                Cell(_fixed(r["ood_spread"], 1), _key(r["ood_spread"])),
+                Cell(_fixed(r["ratio"], 2), _key(r["ratio"])),
+                Cell(r["id_best"], r["id_best"]),
+                Cell(r["ood_best"], r["ood_best"]),
+            ]
+        )
+    return {
+        "plot": _svg(label_w + 440, top + len(spread) * ROW * 2.5, "ID vs OOD spread", parts),
+        "table": table,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Paired tests, failed runs, provenance
+# ---------------------------------------------------------------------------------------------
+
+
+def _paired_tables(outcomes, arms, baseline, correction, alpha) -> tuple[list[dict], list[str]]:
+    """One McNemar / paired-bootstrap table per eval split ('test' first); errors become notes."""
+    if not len(outcomes) or not len(arms):
+        return [], []
+    tables, errors = [], []
+    for i, split in enumerate(sorted(outcomes["split"].unique(), key=lambda s: (s != "test", s))):
+        try:
+            df = paired_vs_baseline(outcomes, arms, baseline, split=split, correction=correction)
+        except ValueError as err:
+            errors.append(f"split {split!r}: {err}")
+            continue
+        if len(df):
+            tables.append({"split": split, "table": _paired_table(df, alpha, f"paired-{i}")})
+    return tables, errors
+
+
+def _paired_table(df: pd.DataFrame, alpha: float, table_id: str) -> Table:
+    table = Table(
+        table_id,
+        [
+            Column("Scale"),
+            Column("Method"),
+            Column("Seeds", "number", "seeds pooled per problem (majority vote) / baseline seeds"),
+            Column("Problems", "number"),
+            Column("Acc. (%)", "number"),
+            Column("Baseline (%)", "number"),
+            Column("Δ (pp)", "number"),
+            Column("Only method / only baseline", "none"),
+            Column("McNemar p_adj", "number"),
+            Column("Bootstrap 95% CI (pp)", "none"),
+            Column("Bootstrap p_adj", "number"),
+            Column("Sig.", "text", "McNemar p_adj < α"),
+        ],
+    )
+    for _, r in df.iterrows():
+        sig = "n/a" if math.isnan(r["mcnemar_p_adj"]) else "sig." if r["mcnemar_p_adj"] < alpha else "n.s."
+        table.rows.append(
+            [
+                Cell(r["scale"], r["scale"]),
+                Cell(r["method"], r["method"], cls="name"),
+                Cell(f"{r['n_seeds']} / {r['baseline_n_seeds']}", _key(r["n_seeds"])),
+                Cell(str(r["n_problems"]), _key(r["n_problems"])),
+                Cell(_pct(r["accuracy"]), _key(r["accuracy"])),
+                Cell(_pct(r["baseline_accuracy"]), _key(r["baseline_accuracy"])),
+                Cell(_pct(r["delta"], sign=True), _key(r["delta"])),
+                Cell(f"{_fixed(r['n_method_only'], 0)} / {_fixed(r['n_baseline_only'], 0)}", ""),
+                Cell(_p(r["mcnemar_p_adj"]), _key(r["mcnemar_p_adj"])),
+                Cell(f"[{_pct(r['boot_low'], sign=True)}, {_pct(r['boot_high'], sign=True)}]", ""),
+                Cell(_p(r["boot_p_adj"]), _key(r["boot_p_adj"])),
+                Cell(sig, sig),
+            ]
+        )
+    return table
+
+
+def _failed_table(data: _Data) -> Table | None:
+    if not len(data.failed):
+        return None
+    tracebacks = {r["run_id"]: r.get("traceback") for r in data.records}
+    table = Table(
+        "failed",
+        [Column("Run"), Column("Scale"), Column("Method"), Column("Seed", "number"), Column("Error")],
+    )
+    for _, r in data.failed.iterrows():
+        error = r["error"] if isinstance(r["error"], str) else "(no error recorded)"
+        trace = tracebacks.get(r["run_id"])
+        html = None
+        if isinstance(trace, str) and trace:
+            html = Markup("{}<details><summary>traceback</summary><pre>{}</pre></details>").format(
+                error, trace
+            )
+        table.rows.append(
+            [
+                Cell(r["run_id"], r["run_id"], cls="name"),
+                Cell(r["scale"], r["scale"]),
+                Cell(r["method"], r["method"]),
+                Cell(str(r["seed"]), _key(r["seed"])),
+                Cell(error, error, html=html, cls="error"),
+            ]
+        )
+    return table
+
+
+def _provenance(records: list[dict]) -> dict:
+    """Git shas and config hashes with run counts, the union of package versions, per-run details."""
+    shas = Counter(str(r.get("git_sha") or "unknown") for r in records)
+    packages: dict[str, Counter] = {}
+    for r in records:
+        if isinstance(r.get("packages"), dict):
+            for name, version in r["packages"].items():
+                packages.setdefault(str(name), Counter())[str(version)] += 1
+    loss_versions: dict[str, set[str]] = {}
+    for r in records:
+        loss_versions.setdefault(r["method"], set()).add(str(r.get("loss_version", "—")))
+    return {
+        "git_shas": shas.most_common(),
+        "config_hashes": len({r.get("config_hash") for r in records} - {None}),
+        "packages": [(n, sorted(v.items())) for n, v in sorted(packages.items())],
+        "loss_versions": sorted((m, sorted(v)) for m, v in loss_versions.items()),
+        "runs": _provenance_table(records),
+    }
+
+
+def _provenance_table(records: list[dict]) -> Table:
+    table = Table(
+        "provenance",
+        [
+            Column("Run"),
+            Column("Status"),
+            Column("Scale"),
+            Column("Method"),
+            Column("Seed", "number"),
+            Column("git sha"),
+            Column("Config hash"),
+            Column("Loss version"),
+            Column("data_order_sha"),
+            Column("Total (s)", "number"),
+        ],
+    )
+    for r in sorted(records, key=lambda r: r["run_id"]):
+        timing = r.get("timing") if isinstance(r.get("timing"), dict) else {}
+        total = timing.get("total_s")
+        total = float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else math.nan
+        values = [r["run_id"], r["status"], r["scale"], r["method"]]
+        texts = [
+            str(r.get(k) if r.get(k) is not None else "—")
+            for k in ("git_sha", "config_hash", "loss_version", "data_order_sha")
+        ]
+        table.rows.append(
+            [Cell(v, v) for v in values]
+            + [Cell(str(r["seed"]), _key(r["seed"]))]
+            + [Cell(t, t, cls="hash") for t in texts]
+            + [Cell(_fixed(total, 1), _key(total))]
+        )
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _render(ctx: dict) -> str:
+    """Render report.html; the inline script is allowed by the CSP through its SHA-256 hash."""
+    env = _environment()
+    script = env.get_template("sort_script.html").render()
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = (
+        "default-src 'none'; style-src 'unsafe-inline'; "
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+    )
+    return env.get_template("report.html").render(**ctx, script=Markup(script), csp=csp)

@@ -1,0 +1,354 @@
+"""analysis.report: the self-contained HTML leaderboard, parsed back and checked against analysis."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import analysis
+from analysis.report import render_report, write_report
+
+XSS = '<img src=x onerror="window.__xss=1">'
+XSS_ERROR = "CUDA out of memory </td><script>window.__xss=2</script>"
+SCALES = {"tiny": 1_000_000, "small": 10_000_000, "Qwen/Qwen2.5-0.5B": 494_000_000}
+PARADIGMS = {"dpo": "offline", "simpo": "offline_ref_free", "kto": "unpaired", XSS: "offline"}
+SLUGS = {"dpo": "dpo", "simpo": "simpo", "kto": "kto", XSS: "xss"}
+#: accuracy = BASE[method] + GAIN[scale] (+ kto's late boost) + NOISE[seed]
+BASE = {"dpo": 0.40, "simpo": 0.50, "kto": 0.38, XSS: 0.42}
+GAIN = {"tiny": 0.0, "small": 0.10, "Qwen/Qwen2.5-0.5B": 0.20}
+NOISE = (-0.010, 0.0, 0.012)
+N_TEST, N_OOD = 40, 10
+
+
+def accuracy(method: str, scale: str, seed: int) -> float:
+    late = 0.05 if (method, scale) == ("kto", "Qwen/Qwen2.5-0.5B") else 0.0  # kto overtakes dpo
+    return BASE[method] + GAIN[scale] + late + NOISE[seed % len(NOISE)]
+
+
+def outcomes(method: str, seed: int, acc: float) -> list[dict]:
+    """Deterministic per-problem results whose test accuracy is close to ``acc``."""
+    offset = sorted(BASE).index(method) * 13 + seed * 3
+    rows = [
+        {"id": f"q{i}", "split": "test", "correct": (i * 37 + offset) % 100 < 100 * acc}
+        for i in range(N_TEST)
+    ]
+    rows += [
+        {"id": f"o{i}", "split": "ood", "correct": (i * 41 + offset) % 100 < 80 * acc} for i in range(N_OOD)
+    ]
+    return rows
+
+
+def record(method: str, scale: str, seed: int, status: str = "finished", **overrides) -> dict:
+    acc = accuracy(method, scale, seed)
+    metrics = {
+        "accuracy": acc,
+        "ood_accuracy": None if method == XSS else acc - 0.1,
+        "best_at_4": acc + 0.15,
+    }
+    base = {
+        "run_id": f"{scale.replace('/', '_')}-{SLUGS[method]}-s{seed}",
+        "grid": "g1",
+        "status": status,
+        "error": None,
+        "scale": scale,
+        "scale_params": SCALES[scale],
+        "method": method,
+        "paradigm": PARADIGMS[method],
+        "seed": seed,
+        "lora": False,
+        "config_hash": f"cfg-{SLUGS[method]}-{seed}",
+        "git_sha": "deadbeef",
+        "packages": {"torch": "2.13.0", "trl": "1.16.0"},
+        "timing": {"total_s": 12.5},
+        "loss_version": 1,
+        "data_order_sha": f"order-{seed}",
+        "metrics": metrics if status == "finished" else None,
+    }
+    return {**base, **overrides}
+
+
+def write_run(root: Path, rec: dict, eval_rows: list[dict] | None = None) -> None:
+    path = root / rec["grid"] / rec["run_id"]
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps(rec))
+    if eval_rows is not None:
+        (path / "eval.jsonl").write_text("".join(json.dumps(o) + "\n" for o in eval_rows))
+
+
+def make_grid(root: Path) -> Path:
+    """3 scales x 4 methods (one named like an XSS payload) x 3 seeds, OOD, eval.jsonl, one failed run."""
+    for scale in SCALES:
+        for method in BASE:
+            for seed in range(3):
+                rec = record(method, scale, seed)
+                write_run(root, rec, outcomes(method, seed, rec["metrics"]["accuracy"]))
+    failed = record(
+        "simpo", "tiny", 3, status="failed", error=XSS_ERROR, traceback="Traceback:\n  <b>boom</b>",
+        git_sha="cafef00d", packages={"torch": "2.13.0", "trl": "1.15.0"},
+    )  # fmt: skip
+    write_run(root, failed)
+    return root
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> Path:
+    return make_grid(tmp_path_factory.mktemp("grid"))
+
+
+@pytest.fixture(scope="module")
+def html(grid) -> str:
+    path = write_report(grid)
+    assert path == grid / "report.html"
+    return path.read_text(encoding="utf-8")
+
+
+class Page(HTMLParser):
+    """Every table of a page as {id: {"head": [...], "rows": [[(text, data-sort), ...]]}} plus every tag."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tables: dict[str, dict] = {}
+        self.tags: list[tuple[str, dict]] = []
+        self._table = self._cell = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if tag == "table":
+            self._table = self.tables.setdefault(
+                attrs.get("id") or f"anon-{len(self.tables)}", {"head": [], "rows": []}
+            )
+        elif self._table is not None and tag == "tr":
+            self._table["rows"].append([])
+        elif self._table is not None and tag in ("td", "th"):
+            self._cell = [tag, [], attrs.get("data-sort")]
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[1].append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            kind, text, sort = self._cell
+            text = " ".join("".join(text).split())
+            if kind == "th":
+                self._table["head"].append(text)
+                self._table["rows"].pop() if self._table["rows"] == [[]] else None
+            else:
+                self._table["rows"][-1].append((text, sort))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+
+def column(table: dict, name: str) -> int:
+    return next(i for i, h in enumerate(table["head"]) if h.startswith(name))
+
+
+def row_of(table: dict, method: str) -> list[tuple[str, str]]:
+    return next(r for r in table["rows"] if r[0][0] == method)
+
+
+def test_report_has_every_table_and_section(html):
+    page = Page(html)
+    for table in ("leaderboard-0", "leaderboard-1", "leaderboard-2", "leverage", "inversions", "ood-spread",
+                  "paired-0", "paired-1", "failed", "provenance"):  # fmt: skip
+        assert table in page.tables, table
+    for heading in ("vs scale", "Forest plot", "Leverage", "Rank inversions", "out-of-distribution",
+                    "Paired tests", "Failed runs", "Provenance", "Package versions"):  # fmt: skip
+        assert heading in html, heading
+    assert sum(1 for tag, _ in page.tags if tag == "svg" and "plot" in _.get("class", "")) == 5
+    # Scales appear in scale_params order, not by name ("Qwen/..." sorts first by name).
+    assert [h for h in re.findall(r'<h3 id="scale-\d">([^<]+)<', html)] == [
+        "tiny ",
+        "small ",
+        "Qwen/Qwen2.5-0.5B ",
+    ]
+    board = page.tables["leaderboard-0"]
+    assert board["head"][-2:] == ["OOD acc. (%)", "best@4 (%)"]
+    assert len(board["rows"]) == 4
+
+
+def test_leaderboard_numbers_match_analysis(grid, html):
+    """The mean ± CI, Δ, p_adj and significance cells equal summarize / welch_vs_baseline."""
+    runs = analysis.load_runs(grid)
+    summary = analysis.summarize(runs).set_index(["scale", "method"])
+    tests = analysis.welch_vs_baseline(runs).set_index(["scale", "method"])
+    board = Page(html).tables["leaderboard-2"]
+    s = summary.loc[("Qwen/Qwen2.5-0.5B", "simpo")]
+    t = tests.loc[("Qwen/Qwen2.5-0.5B", "simpo")]
+    row = row_of(board, "simpo")
+    expected = f"{100 * s['mean']:.1f} ± {100 * (s['ci_high'] - s['mean']):.1f}"
+    # seeds 0.690, 0.700, 0.712: mean 2.102/3 = 0.70067; s = 0.011015, t_{.975,2}·s/√3 = 0.02736
+    assert expected == "70.1 ± 2.7"
+    assert row[column(board, "accuracy")] == (expected, repr(float(s["mean"])))
+    assert row[column(board, "Δ vs baseline")][0] == f"{100 * t['delta']:+.1f}" == "+10.0"
+    assert row[column(board, "p_adj")][0] == (
+        f"{t['p_adj']:.1e}" if t["p_adj"] < 1e-3 else f"{t['p_adj']:.3f}"
+    )
+    assert t["significant"] and row[column(board, "Sig.")][0] == "▲ sig."
+    assert row[column(board, "Hedges")][0] == f"{t['hedges_g']:+.2f}"
+    assert row_of(board, "dpo")[column(board, "Sig.")][0] == "baseline"
+    # Rows start sorted by mean, best first.
+    means = [float(r[column(board, "accuracy")][1]) for r in board["rows"]]
+    assert means == sorted(means, reverse=True) and board["rows"][0][0][0] == "simpo"
+    # OOD: the XSS-named method has none.
+    assert row_of(board, XSS)[column(board, "OOD")][0] == "—"
+
+
+def test_rank_inversion_paired_and_ood_tables(grid, html):
+    page = Page(html)
+    runs = analysis.load_runs(grid)
+    inv = analysis.rank_inversions(runs)
+    last = page.tables["inversions"]["rows"][-1]
+    assert [c[0] for c in last[:2]] == ["small", "Qwen/Qwen2.5-0.5B"]
+    assert last[3][0] == f"{inv['tau'].iloc[-1]:+.3f}" and "kto" in last[6][0]
+    paired = analysis.paired_vs_baseline(analysis.load_problem_outcomes(grid), runs)
+    test_table = page.tables["paired-0"]
+    assert len(test_table["rows"]) == len(paired) == 9
+    first = paired.iloc[0]
+    cells = next(r for r in test_table["rows"] if r[0][0] == first["scale"] and r[1][0] == first["method"])
+    assert cells[6][0] == f"{100 * first['delta']:+.1f}"
+    assert "Split ood" in " ".join(html.split()).replace("<code>", "").replace("</code>", "")
+    spread = analysis.task_leverage(runs)
+    assert page.tables["ood-spread"]["rows"][0][2][0] == f"{spread['id_spread'].iloc[0]:.1f}"
+
+
+def test_failed_runs_and_provenance(html):
+    page = Page(html)
+    failed = page.tables["failed"]["rows"]
+    assert [c[0] for c in failed[0][:4]] == ["tiny-simpo-s3", "tiny", "simpo", "3"]
+    assert failed[0][4][0].startswith(XSS_ERROR)  # shown as text, traceback below it
+    assert "<code>deadbeef</code>: 36 run(s)" in html and "<code>cafef00d</code>: 1 run(s)" in html
+    assert "<code>1.15.0</code> (1), <code>1.16.0</code> (36)" in html
+    prov = page.tables["provenance"]
+    assert len(prov["rows"]) == 37
+    row = row_of(prov, "tiny-dpo-s1")
+    assert [c[0] for c in row[5:9]] == ["deadbeef", "cfg-dpo-1", "1", "order-1"]
+
+
+def test_untrusted_strings_are_escaped(html):
+    assert "&lt;img src=x onerror=" in html
+    assert not re.search(r"<img", html, re.IGNORECASE)
+    assert len(re.findall(r"<script", html, re.IGNORECASE)) == 1  # the report's own sorting script
+    assert "&lt;/td&gt;&lt;script&gt;window.__xss=2" in html
+    assert "&lt;b&gt;boom&lt;/b&gt;" in html and "<b>" not in html
+    assert "onerror" not in {k for _, attrs in Page(html).tags for k in attrs}
+
+
+def test_no_external_resources(html):
+    page = Page(html)
+    assert "http://" not in html and "https://" not in html and "url(" not in html and "@import" not in html
+    assert not [a for _, a in page.tags if "src" in a]
+    assert all(a["href"].startswith("#") for _, a in page.tags if "href" in a)
+    assert not [t for t, _ in page.tags if t in ("link", "iframe", "object", "embed", "img")]
+    csp = next(
+        a["content"] for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    )
+    assert csp.startswith("default-src 'none';")
+
+
+def test_csp_allows_exactly_the_inline_script(html):
+    """The CSP's script hash is the SHA-256 of the one inline script, so it runs and nothing else does."""
+    script = re.search(r"<script>(.*?)</script>", html, re.DOTALL).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = next(a["content"] for t, a in Page(html).tags if t == "meta" and a.get("http-equiv"))
+    assert f"script-src 'sha256-{digest}';" in csp
+
+
+def test_correction_and_alpha_are_applied(grid):
+    """correction='none', alpha=0.5: p_adj is the raw Welch p (0.090, Bonferroni gave 3 × that = 0.271)."""
+    html = render_report(grid, correction="none", alpha=0.5)
+    raw = analysis.welch_vs_baseline(analysis.load_runs(grid), correction="none").set_index(
+        ["scale", "method"]
+    )
+    board = Page(html).tables["leaderboard-0"]
+    row = row_of(board, XSS)
+    p = raw.loc[("tiny", XSS), "p"]
+    assert row[column(board, "p_adj")][0] == f"{p:.3f}" == "0.090"
+    assert (
+        row[column(board, "Sig.")][0] == "▲ sig."
+        and row_of(board, "kto")[column(board, "Sig.")][0] == "▼ sig."
+    )
+    assert "Light wide bar" not in html and "Bonferroni simultaneous" in render_report(
+        grid, correction="holm"
+    )
+
+
+def test_empty_or_missing_directory_is_a_one_line_value_error(tmp_path):
+    with pytest.raises(ValueError, match="no run records") as err:
+        write_report(tmp_path)
+    assert "\n" not in str(err.value) and not (tmp_path / "report.html").exists()
+    with pytest.raises(ValueError, match="no such results directory"):
+        write_report(tmp_path / "missing")
+    make_grid(tmp_path / "g")
+    with pytest.raises(ValueError, match="no finished run reports metric 'bleu'"):
+        write_report(tmp_path / "g", metric="bleu")
+    with pytest.raises(ValueError, match="unknown correction"):
+        write_report(tmp_path / "g", correction="fdr")
+
+
+def test_single_seed_per_cell(tmp_path):
+    for scale in ("tiny", "small"):
+        for method in ("dpo", "simpo", "kto"):
+            write_run(tmp_path, record(method, scale, 0))
+    page = Page(write_report(tmp_path).read_text())
+    html = (tmp_path / "report.html").read_text()
+    assert "single seed" in html
+    board = page.tables["leaderboard-0"]
+    simpo = row_of(board, "simpo")
+    assert simpo[column(board, "accuracy")][0] == f"{100 * accuracy('simpo', 'tiny', 0):.1f}"
+    assert simpo[column(board, "Δ vs baseline")][0] == "+10.0"
+    assert simpo[column(board, "p_adj")][0] == "—" and simpo[column(board, "Sig.")][0] == "n/a"
+    assert "failed" not in page.tables and "Light wide bar" not in html  # no failed run; m = 0 tests
+
+
+def test_failed_runs_only(tmp_path):
+    write_run(tmp_path, record("dpo", "tiny", 0, status="failed", error="OOM"))
+    write_run(tmp_path, record("kto", "small", 1, status="failed", error=None))
+    html = write_report(tmp_path).read_text()
+    page = Page(html)
+    assert "No finished run" in html and not [k for k in page.tables if k.startswith("leaderboard")]
+    rows = page.tables["failed"]["rows"]
+    assert [(r[0][0], r[4][0]) for r in rows] == [
+        ("tiny-dpo-s0", "OOM"),
+        ("small-kto-s1", "(no error recorded)"),
+    ]
+
+
+def test_missing_baseline_falls_back_and_says_so(tmp_path):
+    """No dpo: 'kto' is the first method alphabetically present at every scale ('aaa' is not)."""
+    PARADIGMS["aaa"], BASE["aaa"], SLUGS["aaa"] = "offline", 0.3, "aaa"
+    try:
+        for seed in range(2):
+            write_run(tmp_path, record("aaa", "tiny", seed))
+            for scale in ("tiny", "small"):
+                for method in ("kto", "simpo"):
+                    write_run(tmp_path, record(method, scale, seed))
+        html = write_report(tmp_path).read_text()
+    finally:
+        for table in (PARADIGMS, BASE, SLUGS):
+            del table["aaa"]
+    assert "Baseline &#39;dpo&#39; has no finished run; comparing against &#39;kto&#39;" in html
+    board = Page(html).tables["leaderboard-1"]
+    assert row_of(board, "kto")[column(board, "Sig.")][0] == "baseline"
+    assert row_of(board, "simpo")[column(board, "Δ vs baseline")][0] == "+12.0"
+
+
+def test_lora_runs_are_separate_arms(tmp_path):
+    for seed in range(2):
+        write_run(tmp_path, record("dpo", "tiny", seed))
+        write_run(tmp_path, record("dpo", "tiny", seed, lora=True, run_id=f"lora-{seed}",
+                                   metrics={"accuracy": 0.3 + seed / 100}))  # fmt: skip
+    board = Page(write_report(tmp_path).read_text()).tables["leaderboard-0"]
+    assert sorted(r[0][0] for r in board["rows"]) == ["dpo", "dpo (LoRA)"]
+    assert row_of(board, "dpo (LoRA)")[column(board, "accuracy")][0].startswith("30.5 ± ")
+    assert math.isfinite(float(row_of(board, "dpo (LoRA)")[column(board, "Δ vs baseline")][1]))
