@@ -1,0 +1,228 @@
+"""``oxbench``: run grids and single cells, list the loss registry, write reports.
+
+Bad input (malformed grid, unknown method/model/task, missing file) is one line on stderr
+and exit code 2. A grid with any failed cell exits 1 after recording and summarising it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import losses
+from oxbench.grid import GridError, expand, load_grid, load_run_config
+from oxbench.runs import read_record, run_dir
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="oxbench: a controlled benchmark harness for LLM post-training algorithms.")
+out_console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(msg: str, code: int = 2):
+    err_console.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _load_plugins(plugins: list[str]) -> None:
+    from oxbench.plugins import load_plugins
+
+    try:
+        load_plugins(plugins)
+    except losses.LossError as exc:
+        fail(str(exc))
+
+
+def _status(cfg, out: Path) -> str:
+    rec = read_record(run_dir(out, cfg.grid, cfg.run_id()))
+    return rec["status"] if rec else "todo"
+
+
+def _estimate_seconds(cfg) -> float:
+    """A rough CPU estimate from the model size and the amount of training (documented in --plan)."""
+    from oxbench.models.tiny import LADDER
+
+    size = {"tiny-xs": 1, "tiny-s": 2, "tiny-m": 5, "tiny-l": 12}.get(cfg.model.name, 200)
+    spec = losses.get(cfg.method)
+    if spec.data == "online" or spec.generates_own_pairs:
+        work = cfg.online.steps * cfg.online.prompts_per_batch * cfg.online.n / 40
+    else:
+        work = cfg.data.n_train * cfg.train.epochs / 40
+    return 10 + size * work * (2 if cfg.model.name in LADDER else 1)
+
+
+def print_plan(cells, out: Path) -> dict:
+    table = Table(title=f"plan: {len(cells)} cells -> {out}")
+    for col in ("#", "run_id", "scale", "method", "seed", "status", "est."):
+        table.add_column(col)
+    counts: dict[str, int] = {}
+    total = 0.0
+    for i, c in enumerate(cells):
+        st = _status(c, out)
+        counts[st] = counts.get(st, 0) + 1
+        est = 0.0 if st == "finished" else _estimate_seconds(c)
+        total += est
+        table.add_row(str(i + 1), c.run_id(), c.model.name, c.method, str(c.seed), st, f"{est / 60:.1f}m")
+    out_console.print(table)
+    out_console.print(f"finished {counts.get('finished', 0)}, to run {len(cells) - counts.get('finished', 0)} "
+                      f"(failed before: {counts.get('failed', 0)}); estimated {total / 60:.0f} min on one CPU worker")
+    return counts
+
+
+def summary_table(records: list[dict], title: str) -> Table:
+    """Mean ± std over seeds per scale x method (greedy strict accuracy, OOD, best@k)."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in records:
+        cells.setdefault((r.get("scale"), r.get("method")), []).append(r)
+    t = Table(title=title)
+    for col in ("scale", "method", "seeds", "accuracy", "flexible", "ood", "best@k", "failed"):
+        t.add_column(col)
+
+    def fmt(vals):
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            return "-"
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        return f"{100 * statistics.mean(vals):.1f} ± {100 * sd:.1f}"
+
+    for (scale, method), rs in sorted(cells.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        ok = [r for r in rs if r.get("status") == "finished"]
+        m = [r.get("metrics", {}) for r in ok]
+        best = next((k for k in (m[0] if m else {}) if k.startswith("best_at_")), None)
+        t.add_row(str(scale), str(method), str(len(ok)), fmt([x.get("accuracy") for x in m]),
+                  fmt([x.get("accuracy_flexible") for x in m]), fmt([x.get("ood_accuracy") for x in m]),
+                  fmt([x.get(best) for x in m]) if best else "-", str(len(rs) - len(ok)))
+    return t
+
+
+@app.command()
+def run(
+    grid: Path | None = typer.Option(None, "--grid", help="A grid recipe (recipes/*.yaml)."),
+    config: Path | None = typer.Option(None, "--config", help="A single-cell RunConfig YAML/JSON."),
+    out: Path = typer.Option(Path("results"), "--out", help="Where run records go: OUT/<grid>/<run_id>/."),
+    plan: bool = typer.Option(False, "--plan", help="Print the cells and their status; run nothing."),
+    executor: str = typer.Option("local", "--executor", help="local | ray | slurm"),
+    workers: int = typer.Option(1, "--workers", help="Cells run at once (local, ray)."),
+    nproc: int = typer.Option(1, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="An existing Ray cluster."),
+    slurm_cluster: str | None = typer.Option(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
+    plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
+):
+    """Run a grid (every cell in its own process) or a single cell (in this process)."""
+    _load_plugins(plugin)
+    if (grid is None) == (config is None):
+        fail("give exactly one of --grid FILE or --config FILE")
+    if config is not None:
+        _run_single(config, out, plan)
+        return
+    try:
+        g = load_grid(grid)
+        cells = expand(g, str(grid))
+    except (GridError, losses.LossError) as exc:
+        fail(str(exc))
+    counts = print_plan(cells, out)
+    if plan:
+        return
+    todo = [c for c in cells if _status(c, out) != "finished"]
+    records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster)
+    done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
+    out_console.print(summary_table(done, f"{g.name}: accuracy (%) mean ± std over seeds"))
+    failed = [r for r in records if r.get("status") != "finished"]
+    for r in failed:
+        err_console.print(f"[red]failed[/red] {r.get('run_id')}: {r.get('error')}", highlight=False, soft_wrap=True)
+    del counts
+    if failed:
+        raise typer.Exit(1)
+
+
+def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from oxbench import executors
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err_console) as bar:
+        task = bar.add_task("cells", total=len(todo))
+
+        def on_done(cfg, rec):
+            acc = rec.get("metrics", {}).get("accuracy")
+            mark = f"acc {100 * acc:.1f}%" if rec.get("status") == "finished" and acc is not None else rec.get("error")
+            bar.console.print(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}", highlight=False)
+            bar.advance(task)
+
+        if executor == "local":
+            return executors.run_local(todo, out, workers=workers, nproc=nproc, on_done=on_done)
+        if executor == "ray":
+            return executors.run_ray(todo, out, workers=workers, nproc=nproc, address=ray_address, on_done=on_done)
+        if executor == "slurm":
+            return executors.run_slurm(todo, out, nproc=nproc, cluster=slurm_cluster, on_done=on_done)
+    fail(f"unknown executor {executor!r} (local, ray or slurm)")
+
+
+def _run_single(config: Path, out: Path, plan: bool) -> None:
+    from oxbench.runner import run_cell
+
+    try:
+        cfg = load_run_config(config)
+    except (GridError, losses.LossError) as exc:
+        fail(str(exc))
+    if plan:
+        print_plan([cfg], out)
+        return
+    rec = run_cell(cfg, out)
+    from oxbench.engine import distributed as D
+
+    if D.is_main():
+        out_console.print(summary_table([rec], f"{cfg.run_id()}"))
+    if rec["status"] != "finished":
+        fail(f"run {rec['run_id']} failed: {rec['error']}", code=1)
+
+
+@app.command("losses")
+def list_losses(
+    as_json: bool = typer.Option(False, "--json", help="Every spec's metadata as JSON."),
+    plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
+):
+    """The loss registry: built-ins and installed plugins."""
+    _load_plugins(plugin)
+    try:
+        specs = losses.all_specs()
+    except losses.LossError as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps([s.metadata() for s in specs], indent=2) + "\n")
+        return
+    t = Table(title=f"{len(specs)} losses")
+    for col in ("name", "paradigm", "data", "reference", "paper", "v"):
+        t.add_column(col)
+    for s in specs:
+        t.add_row(s.name, s.paradigm, s.data, "yes" if s.needs_reference else "no", s.paper, str(s.version))
+    out_console.print(t)
+
+
+@app.command()
+def report(directory: Path = typer.Argument(..., help="A results directory (e.g. results/quickstart).")):
+    """Write DIRECTORY/report.html from the run records under it."""
+    if not directory.exists():
+        fail(f"{directory}: no such results directory")
+    from analysis.report import write_report
+
+    try:
+        path = write_report(directory)
+    except ValueError as exc:
+        fail(str(exc))
+    out_console.print(f"wrote {path}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":
+    main()

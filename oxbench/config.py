@@ -1,0 +1,160 @@
+"""Typed configuration: one :class:`RunConfig` per grid cell, one :class:`GridConfig` per recipe.
+
+Every model here forbids unknown keys, so a typo in a recipe is an error naming the key
+(with a suggestion), never a silently ignored setting. The resolved ``RunConfig`` is
+saved inside every ``run.json``; its hash is the ``run_id``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from oxbench.utils import content_hash
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraConfig(Strict):
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class PretrainSettings(Strict):
+    """Budget of the from-scratch pre-training of a built-in tiny model (ignored for HF models)."""
+
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 3e-3
+    n_examples: int = 4000
+    seed: int = 1234
+
+
+class ModelConfig(Strict):
+    name: str = "tiny-xs"  # a built-in rung (tiny-xs/s/m/l), a Hugging Face id or a local path
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    lora: LoraConfig = LoraConfig()
+    pretrain: PretrainSettings = PretrainSettings()
+
+
+class TaskConfig(Strict):
+    name: Literal["arith", "gsm8k"] = "arith"
+    steps: int = 2  # arith: operations per problem
+    max_operand: int = 30  # arith: largest operand
+    path: str | None = None  # gsm8k: a file, a directory with train/test files, or a HF dataset id
+    ood: bool = True  # arith: also evaluate on the out-of-distribution variant
+
+    @model_validator(mode="after")
+    def _gsm8k_needs_path(self):
+        if self.name == "gsm8k" and not self.path:
+            raise ValueError("task.path is required for task 'gsm8k'")
+        return self
+
+
+class DataConfig(Strict):
+    n_train: int = 512  # training prompts (offline methods: before dropping ties)
+    max_len: int = 256
+    self_play_k: int = 16  # samples per prompt for preference pairs (reference study: 16)
+    self_play_temperature: float = 1.0
+    max_new_tokens: int = 48
+
+
+class TrainConfig(Strict):
+    epochs: int = 1
+    batch_size: int = 8  # per process, per micro-step
+    grad_accum: int = 1
+    lr: float = 1e-6
+    warmup_ratio: float = 0.1
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    log_every: int = 1
+    max_steps: int | None = None  # stop after this many optimizer steps (tests, smoke runs)
+    check_reference: bool = True  # step-0 check that policy log-probs equal the reference's
+
+
+class OnlineConfig(Strict):
+    """Online RL knobs: compute C = prompts_per_batch * n * steps rollouts."""
+
+    n: int = 8  # rollouts per prompt
+    prompts_per_batch: int = 8  # B_p
+    steps: int = 20  # M: policy updates, one fresh rollout batch each
+    inner_epochs: int = 1  # passes over each rollout batch
+    sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
+    temperature: float = 1.0
+    max_new_tokens: int = 48
+    pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
+
+
+class EvalConfig(Strict):
+    n_test: int | None = 500  # None: the whole test split
+    n_ood: int = 500
+    max_new_tokens: int = 64
+    k: int = 4  # avg@k, best@k, worst@k (0 disables the sampled metrics)
+    n_samples: int = 8  # samples drawn per problem (>= k) for the unbiased estimators
+    n_sampled: int = 100  # problems used for the sampled metrics
+    temperature: float = 1.0
+    batch_size: int = 128
+
+
+class Seeds(Strict):
+    """Independent seeds. Unset ones derive from the run seed (see :meth:`RunConfig.seeds`)."""
+
+    data: int | None = None  # training-example order
+    init: int | None = None  # model/LoRA/value-head initialisation
+    sampling: int | None = None  # self-play and rollout sampling
+    eval: int | None = None  # sampled evaluation
+
+
+class RunConfig(Strict):
+    grid: str = "adhoc"
+    method: str = "sft"
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    online: OnlineConfig = OnlineConfig()
+    eval: EvalConfig = EvalConfig()
+    loss: dict[str, Any] = Field(default_factory=dict)  # hyper-parameters overriding the loss's defaults
+    seed_overrides: Seeds = Seeds()
+
+    def seeds(self) -> dict[str, int]:
+        """The four seeds of this run. Data order and init follow the run seed; self-play sampling
+        and evaluation default to fixed values so every arm of a grid shares its data and its
+        sampled-evaluation draws (only the training differs)."""
+        derived = {"data": self.seed, "init": self.seed, "sampling": 0, "eval": 0}
+        given = self.seed_overrides.model_dump()
+        return {k: (given[k] if given[k] is not None else v) for k, v in derived.items()}
+
+    def run_id(self) -> str:
+        return f"{self.model.name.replace('/', '_')}-{self.method}-s{self.seed}-{content_hash(self.model_dump(), 10)}"
+
+
+def format_validation_error(exc: ValidationError, where: str, model: type[BaseModel] = RunConfig) -> str:
+    """One line: ``where: field a.b: message (did you mean 'x'?)``."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        known = _known_keys(model, err["loc"][:-1])
+        close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+        msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})")
+    return f"{where}: field {loc!r}: {msg}"
+
+
+def _known_keys(model: type[BaseModel], path) -> list[str]:
+    for part in path:
+        field = model.model_fields.get(str(part))
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return []
+        model = field.annotation
+    return list(model.model_fields)

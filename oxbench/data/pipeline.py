@@ -1,0 +1,87 @@
+"""The data every arm of a grid shares: gold SFT rows, self-play samples, pairs, RFT, unpaired.
+
+Self-play follows the reference study: sample ``k`` completions per training prompt from the
+base model at temperature ``T``, score each with the strict grader; the preference pair is the
+first correct vs the first incorrect completion; prompts whose completions all score the same
+are dropped (and counted). RFT trains on the chosen completions; KTO sees each pair as one
+desirable and one undesirable example. Generated data is cached by a content hash of
+everything that determines it, so every method of a grid trains on byte-identical data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from oxbench.data.formatting import format_prompt
+from oxbench.eval.generation import generate
+from oxbench.tasks.grading import is_correct
+from oxbench.utils import cache_root, content_hash, write_json_atomic
+
+SELF_PLAY_VERSION = 1
+
+
+def gold_rows(rows: list[dict]) -> list[dict]:
+    """SFT examples ``{"id", "question", "completion"}`` from the gold answers."""
+    return [{"id": r["id"], "question": r["question"], "completion": r["answer"]} for r in rows]
+
+
+def self_play(model, tokenizer, rows: list[dict], *, k: int, temperature: float, seed: int,
+              max_new_tokens: int, cache_key: dict, verbose: bool = True) -> dict:
+    """``{"samples": [{"id", "question", "answer", "completions", "scores"}], "key": ...}``, cached."""
+    key = content_hash({"v": SELF_PLAY_VERSION, "k": k, "T": temperature, "seed": seed,
+                        "max_new_tokens": max_new_tokens, "ids": [r["id"] for r in rows],
+                        "questions": content_hash([r["question"] for r in rows]), **cache_key})
+    path = cache_root() / "data" / f"selfplay-{key}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
+    outs = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                    num_return_sequences=k, batch_size=max(1, 256 // k), generator_seed=seed)
+    samples = []
+    for r, comps in zip(rows, outs):
+        scores = [float(is_correct(c, r["answer"])) for c in comps]
+        samples.append({"id": r["id"], "question": r["question"], "answer": r["answer"],
+                        "completions": comps, "scores": scores})
+    result = {"key": key, "samples": samples}
+    write_json_atomic(path, result)
+    return result
+
+
+def preference_pairs(samples: list[dict]) -> tuple[list[dict], dict]:
+    """Best vs worst completion per prompt; ties dropped. Returns (pairs, stats)."""
+    pairs = []
+    for s in samples:
+        scores = s["scores"]
+        hi, lo = max(scores), min(scores)
+        if hi == lo:
+            continue
+        chosen = s["completions"][scores.index(hi)]
+        rejected = s["completions"][scores.index(lo)]
+        pairs.append({"id": s["id"], "question": s["question"], "answer": s["answer"], "chosen": chosen,
+                      "rejected": rejected, "chosen_reward": hi, "rejected_reward": lo})
+    n = len(samples)
+    all_right = sum(1 for s in samples if min(s["scores"]) == max(s["scores"]) and s["scores"][0] > 0)
+    stats = {"prompts": n, "pairs": len(pairs), "dropped": n - len(pairs), "dropped_all_correct": all_right,
+             "dropped_all_wrong": n - len(pairs) - all_right,
+             "self_play_accuracy": sum(sum(s["scores"]) / len(s["scores"]) for s in samples) / max(1, n)}
+    return pairs, stats
+
+
+def rft_rows(pairs: list[dict]) -> list[dict]:
+    """RFT ("SFT" in the reference study): the chosen self-play completions."""
+    return [{"id": p["id"], "question": p["question"], "completion": p["chosen"]} for p in pairs]
+
+
+def unpaired_rows(pairs: list[dict]) -> list[dict]:
+    """KTO examples: every pair gives one desirable and one undesirable completion."""
+    rows = []
+    for p in pairs:
+        rows.append({"id": p["id"] + "/chosen", "question": p["question"], "completion": p["chosen"], "label": True})
+        rows.append({"id": p["id"] + "/rejected", "question": p["question"], "completion": p["rejected"],
+                     "label": False})
+    return rows
+
+
+def write_dataset_card(path: Path, stats: dict) -> None:
+    write_json_atomic(path, stats)

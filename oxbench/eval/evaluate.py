@@ -1,0 +1,86 @@
+"""The evaluator every arm shares: greedy accuracy (strict and flexible), sampled @k, OOD.
+
+* ``accuracy``: greedy decoding, strict ``#### N`` exact match (the reference study's metric);
+  ``accuracy_flexible``: the last number in the completion (lm-eval's flexible-extract).
+* ``avg_at_k``: mean per-sample accuracy; ``best_at_k``: unbiased pass@k (Chen et al. 2021,
+  ``1 - C(n-c, k) / C(n, k)``); ``worst_at_k``: the probability that all ``k`` samples are
+  correct, ``C(c, k) / C(n, k)``; from ``n`` samples per problem with ``c`` correct.
+* ``ood_accuracy``: greedy strict accuracy on the out-of-distribution variant of the task.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from oxbench.config import RunConfig
+from oxbench.data.formatting import format_prompt
+from oxbench.eval.generation import generate
+from oxbench.tasks import load_task_split
+from oxbench.tasks.grading import is_correct
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct."""
+    if n < k:
+        raise ValueError(f"pass@k needs n >= k (n={n}, k={k})")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def all_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased probability that k samples drawn without replacement are all correct."""
+    if n < k:
+        raise ValueError(f"worst@k needs n >= k (n={n}, k={k})")
+    return comb(c, k) / comb(n, k)
+
+
+def test_rows(cfg: RunConfig) -> list[dict]:
+    return load_task_split(cfg.task.model_dump(), "test", n=cfg.eval.n_test, seed=0)
+
+
+def ood_rows(cfg: RunConfig) -> list[dict]:
+    if cfg.task.name != "arith" or not cfg.task.ood:
+        return []
+    return load_task_split({**cfg.task.model_dump(), "name": "arith_ood"}, "test", n=cfg.eval.n_ood, seed=0)
+
+
+def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list[dict]]:
+    """(metrics, per-problem outcomes) for one trained model."""
+    e = cfg.eval
+    rows = test_rows(cfg)
+    prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
+    greedy = [o[0] for o in generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens,
+                                     batch_size=e.batch_size)]
+    strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
+    flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
+    metrics = {"accuracy": sum(strict) / len(rows), "accuracy_flexible": sum(flexible) / len(rows),
+               "n_test": len(rows)}
+    outcomes = [{"id": r["id"], "split": "test", "correct": s, "correct_flexible": f, "completion": c}
+                for r, s, f, c in zip(rows, strict, flexible, greedy)]
+    ood = ood_rows(cfg)
+    if ood:
+        comps = [o[0] for o in generate(model, tokenizer, [format_prompt(tokenizer, r["question"]) for r in ood],
+                                        max_new_tokens=e.max_new_tokens, batch_size=e.batch_size)]
+        ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
+        metrics["ood_accuracy"] = sum(ok) / len(ood)
+        metrics["n_ood"] = len(ood)
+        outcomes += [{"id": r["id"], "split": "ood", "correct": s, "correct_flexible": is_correct(c, r["answer"], "flexible"),
+                      "completion": c} for r, s, c in zip(ood, ok, comps)]
+    else:
+        metrics["ood_accuracy"] = None
+    if e.k > 0:
+        metrics.update(sampled_metrics(model, tokenizer, rows[: e.n_sampled], cfg, seed=seed))
+    return metrics, outcomes
+
+
+def sampled_metrics(model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed: int) -> dict:
+    e = cfg.eval
+    n, k = max(e.n_samples, e.k), e.k
+    prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
+    outs = generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens, temperature=e.temperature,
+                    num_return_sequences=n, batch_size=max(1, e.batch_size // n), generator_seed=seed)
+    counts = [sum(is_correct(c, r["answer"]) for c in comps) for comps, r in zip(outs, rows)]
+    m = len(rows)
+    return {f"avg_at_{k}": sum(c / n for c in counts) / m,
+            f"best_at_{k}": sum(pass_at_k(n, c, k) for c in counts) / m,
+            f"worst_at_{k}": sum(all_at_k(n, c, k) for c in counts) / m,
+            "sampled_problems": m, "samples_per_problem": n}

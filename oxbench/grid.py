@@ -1,0 +1,179 @@
+"""Grid files: a shared base config, axes (scale x method x seed x any key), per-method and
+per-scale overrides. Expanding a grid gives one validated :class:`RunConfig` per cell.
+
+.. code-block:: yaml
+
+    name: quickstart
+    base: {task: {name: arith}, train: {lr: 1.0e-4}}
+    axes: {scale: [tiny-xs, tiny-m], method: [sft, dpo], seed: [0, 1], loss.beta: [0.1]}
+    methods: {dpo: {train: {lr: 5.0e-5}}}
+    scales: {tiny-m: {train: {batch_size: 4}}}
+
+Axis names: ``scale`` (= ``model.name``), ``method``, ``seed``, ``lora`` (``on``/``off`` =
+``model.lora.enabled``) or any dotted key of :class:`RunConfig` (``train.lr``,
+``loss.beta``, ...). Precedence: base < per-scale < per-method < axis value.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import losses
+from oxbench.config import RunConfig, format_validation_error
+
+ALIASES = {"scale": "model.name", "lora": "model.lora.enabled"}
+
+
+class GridError(ValueError):
+    """A malformed grid; the message is one line naming the file and the field."""
+
+
+class GridFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict)
+    axes: dict[str, list[Any]] = Field(default_factory=dict)
+    methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    scales: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def _set(d: dict, dotted: str, value) -> None:
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+        if not isinstance(d, dict):
+            raise TypeError(dotted)
+    d[keys[-1]] = value
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = copy.deepcopy(a)
+    for k, v in b.items():
+        if "." in k:
+            _set(out, k, copy.deepcopy(v))
+        elif isinstance(v, dict) and isinstance(out.get(k), dict) and k != "loss":
+            out[k] = _merge(out[k], v)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _axis_path(name: str, where: str) -> str:
+    path = ALIASES.get(name, name)
+    if path in ("method", "seed"):
+        return path
+    head, *rest = path.split(".")
+    if head == "loss" and len(rest) == 1:
+        return path
+    model: type[BaseModel] = RunConfig
+    for i, part in enumerate(path.split(".")):
+        fields = model.model_fields
+        if part not in fields:
+            known = list(fields) + (list(ALIASES) if i == 0 else [])
+            close = difflib.get_close_matches(part, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise GridError(f"{where}: unknown axis {name!r}{hint}")
+        ann = fields[part].annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        if model is None and i < len(path.split(".")) - 1:
+            raise GridError(f"{where}: unknown axis {name!r}")
+    return path
+
+
+def _coerce(path: str, value):
+    if path == "model.lora.enabled" and isinstance(value, str):
+        if value.lower() not in ("on", "off", "true", "false"):
+            raise ValueError(f"lora must be on/off, got {value!r}")
+        return value.lower() in ("on", "true")
+    return value
+
+
+def load_grid(path: str | Path) -> GridFile:
+    path = Path(path)
+    if not path.exists():
+        raise GridError(f"{path}: grid file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark else ""
+        raise GridError(f"{path}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise GridError(f"{path}: a grid must be a mapping with name/base/axes")
+    try:
+        return GridFile(**raw)
+    except ValidationError as exc:
+        raise GridError(format_validation_error(exc, str(path), GridFile)) from None
+
+
+def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
+    """Every cell of the grid as a validated RunConfig (axis order = file order)."""
+    paths = {name: _axis_path(name, where) for name in grid.axes}
+    for name, values in grid.axes.items():
+        if not values:
+            raise GridError(f"{where}: axis {name!r} has no values")
+    known = set(losses.names())
+    methods = grid.axes.get("method", [grid.base.get("method", "sft")])
+    for m in list(methods) + list(grid.methods):
+        if m not in known:
+            close = difflib.get_close_matches(str(m), sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise GridError(f"{where}: unknown method {m!r}{hint}")
+    cells = []
+    names = list(grid.axes)
+    for combo in itertools.product(*(grid.axes[n] for n in names)):
+        values = {paths[n]: v for n, v in zip(names, combo)}
+        scale = values.get("model.name", grid.base.get("model", {}).get("name"))
+        method = values.get("method", grid.base.get("method", "sft"))
+        raw = _merge({"grid": grid.name, **grid.base}, grid.scales.get(scale, {}))
+        raw = _merge(raw, grid.methods.get(method, {}))
+        try:
+            for p, v in values.items():
+                _set(raw, p, _coerce(p, v))
+        except (TypeError, ValueError) as exc:
+            raise GridError(f"{where}: {exc}") from None
+        try:
+            cfg = RunConfig(**raw)
+        except ValidationError as exc:
+            raise GridError(format_validation_error(exc, f"{where} (cell {method}/{scale})")) from None
+        try:
+            losses.get(cfg.method).resolve_hparams(cfg.loss)
+        except losses.LossError as exc:
+            raise GridError(f"{where} (cell {method}/{scale}): {exc}") from None
+        cells.append(cfg)
+    ids = [c.run_id() for c in cells]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
+    return cells
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """A single-cell YAML or JSON file (a RunConfig)."""
+    path = Path(path)
+    if not path.exists():
+        raise GridError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise GridError(f"{path}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    try:
+        cfg = RunConfig(**raw)
+    except ValidationError as exc:
+        raise GridError(format_validation_error(exc, str(path))) from None
+    try:
+        losses.get(cfg.method).resolve_hparams(cfg.loss)
+    except losses.LossError as exc:
+        raise GridError(f"{path}: {exc}") from None
+    return cfg

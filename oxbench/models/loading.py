@@ -1,0 +1,75 @@
+"""One loader for every arm: a built-in tiny rung (pre-trained on first use) or any HF causal LM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+from oxbench.config import RunConfig
+from oxbench.models.tiny import LADDER, is_tiny
+
+
+class ModelError(ValueError):
+    pass
+
+
+def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]:
+    """Where the base ("instruct") model lives, and a dict identifying it for cache keys."""
+    name = cfg.model.name
+    if is_tiny(name):
+        from oxbench.models.pretrain import PretrainConfig, ensure_pretrained
+
+        p = cfg.model.pretrain
+        task = {"name": cfg.task.name, "steps": cfg.task.steps, "max_operand": cfg.task.max_operand}
+        if cfg.task.name != "arith":
+            task["path"] = cfg.task.path
+        pcfg = PretrainConfig(scale=name, steps=p.steps, batch_size=p.batch_size, lr=p.lr, n_examples=p.n_examples,
+                              seed=p.seed, task=task)
+        path = ensure_pretrained(pcfg, verbose=verbose)
+        return str(path), {"model": name, "pretrain_key": pcfg.key()}
+    if Path(name).exists() or "/" in name:
+        return name, {"model": name}
+    import difflib
+
+    close = difflib.get_close_matches(name, list(LADDER), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else " (a tiny rung, a Hugging Face id or a local path)"
+    raise ModelError(f"unknown model {name!r}{hint}")
+
+
+def load_tokenizer(path: str):
+    """AutoTokenizer, except for plain ``tokenizers``-backed tokenizers such as the built-in char
+    tokenizer: for a ``qwen2`` config, AutoTokenizer would rebuild it as a byte-level Qwen2 tokenizer."""
+    cfg_file = Path(path) / "tokenizer_config.json"
+    if cfg_file.exists():
+        cls = json.loads(cfg_file.read_text()).get("tokenizer_class")
+        if cls in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load_model(path: str, cfg: RunConfig, *, init_seed: int):
+    """(model, tokenizer); LoRA adapters (seeded by ``init_seed``) when ``model.lora.enabled``."""
+    dtype = torch.bfloat16 if cfg.model.dtype == "bf16" else torch.float32
+    try:
+        tok = load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as exc:
+        raise ModelError(f"cannot load model {path!r}: {str(exc).splitlines()[0]}") from exc
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model.config.pad_token_id = tok.pad_token_id
+    if cfg.model.lora.enabled:
+        from peft import LoraConfig, get_peft_model
+
+        lc = cfg.model.lora
+        torch.manual_seed(init_seed)
+        model = get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
+                                                 target_modules=lc.target_modules, task_type="CAUSAL_LM"))
+    return model, tok
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,103 @@
+"""``pretrain``: train a tiny model from scratch on gold solutions to make the "instruct" base.
+
+Deterministic (fixed seeds, single data order) and cached by a content hash of its
+config and :data:`PRETRAIN_VERSION`, so a grid pre-trains each scale once and every run
+of that scale starts from byte-identical weights. Plain PyTorch: this is a set-up stage,
+not an arm of the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from oxbench.data.batching import collate, encode_pair, token_logps
+from oxbench.data.formatting import format_completion, format_prompt
+from oxbench.models.tiny import build_tiny
+from oxbench.models.tokenizer import build_char_tokenizer
+from oxbench.utils import cache_root, content_hash, progress, write_json_atomic
+
+PRETRAIN_VERSION = 1
+
+
+class PretrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scale: str
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup: int = 30
+    weight_decay: float = 0.01
+    seed: int = 1234
+    n_examples: int = 4000
+    task: dict = {"name": "arith", "steps": 2, "max_operand": 30}
+
+    def key(self) -> str:
+        return content_hash({"version": PRETRAIN_VERSION, **self.model_dump()})
+
+
+def pretrain_dir(cfg: PretrainConfig) -> Path:
+    return cache_root() / "pretrained" / f"{cfg.scale}-{cfg.key()}"
+
+
+def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
+    """The directory of the pre-trained model (``save_pretrained`` format), training it if absent."""
+    out = pretrain_dir(cfg)
+    if (out / "pretrain.json").exists():
+        return out
+    from oxbench.tasks import load_task_split
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(cfg.seed)
+    model = build_tiny(cfg.scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    rows = load_task_split(cfg.task, "train", n=cfg.n_examples, seed=cfg.seed, distinct=False)
+    seqs = [encode_pair(tok, format_prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512) for r in rows]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(cfg.warmup, cfg.steps))
+    order = random.Random(cfg.seed)
+    start, losses = time.time(), []
+    model.train()
+    for _ in progress(range(cfg.steps), f"pretrain {cfg.scale}", enabled=verbose):
+        batch = collate([seqs[order.randrange(len(seqs))] for _ in range(cfg.batch_size)], tok.pad_token_id)
+        logp, mask = token_logps(model, batch)
+        loss = -(logp.sum() / mask.sum())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    info = {"config": cfg.model_dump(), "key": cfg.key(), "final_loss": sum(losses[-20:]) / 20,
+            "seconds": round(time.time() - start, 1), "parameters": sum(p.numel() for p in model.parameters())}
+    write_json_atomic(tmp / "pretrain.json", info)
+    if out.exists():  # another process finished first: keep theirs
+        import shutil
+
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(out)
+    return out
+
+
+def _warmup_cosine(warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        progress_ = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress_)))
+
+    return f
+
+
+def read_info(path: Path) -> dict:
+    return json.loads((Path(path) / "pretrain.json").read_text())

@@ -1,0 +1,35 @@
+"""``--plugin MODULE``: register the LossSpecs of unpublished code (no entry point needed).
+
+The module names travel to cell subprocesses in ``$OXBENCH_PLUGINS`` (comma-separated).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import losses
+
+
+def load_plugins(modules: list[str]) -> list[str]:
+    """Import each module and register every LossSpec it defines; returns the names added."""
+    added = []
+    for mod in modules:
+        try:
+            module = importlib.import_module(mod)
+        except Exception as exc:
+            raise losses.LossError(f"plugin {mod!r} failed to import: {type(exc).__name__}: {exc}") from exc
+        specs = [v for v in vars(module).values() if isinstance(v, losses.LossSpec)]
+        if not specs:
+            raise losses.LossError(f"plugin {mod!r} defines no losses.LossSpec")
+        for spec in specs:
+            losses.register(spec, origin=f"--plugin {mod}")
+            added.append(spec.name)
+    if modules:
+        os.environ["OXBENCH_PLUGINS"] = ",".join(modules)
+    return added
+
+
+def load_env_plugins() -> None:
+    mods = [m for m in os.environ.get("OXBENCH_PLUGINS", "").split(",") if m]
+    load_plugins(mods)

@@ -1,0 +1,114 @@
+"""Run one grid cell end to end: base model -> shared data -> train -> evaluate -> ``run.json``.
+
+Works in a single process or under ``torchrun``/``deepspeed`` (every rank calls
+:func:`run_cell`; rank 0 pre-trains, generates the shared data, evaluates and writes).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+import losses
+from oxbench.config import RunConfig
+from oxbench.data import pipeline
+from oxbench.engine import distributed as D
+from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
+from oxbench.eval.evaluate import evaluate
+from oxbench.models.loading import base_model_path, count_parameters, load_model
+from oxbench.runs import MetricsLog, git_sha, packages, run_dir, write_record
+from oxbench.tasks import load_task_split
+from oxbench.utils import content_hash, write_jsonl_atomic
+
+
+def _on_main_first(fn):
+    """Run ``fn`` on rank 0, then on the others (which then hit rank 0's cache)."""
+    if D.is_main():
+        result = fn()
+        D.barrier()
+        return result
+    D.barrier()
+    return fn()
+
+
+def prepare_data(cfg: RunConfig, spec, model, tok, base_key: dict, *, verbose: bool) -> tuple[list[dict], dict]:
+    """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
+    train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
+    if spec.data == "online" or spec.generates_own_pairs:
+        return train, {"prompts": len(train)}
+    if spec.data == "sft" and spec.sft_source == "gold":
+        return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
+    d = cfg.data
+    sp = _on_main_first(lambda: pipeline.self_play(
+        model, tok, train, k=d.self_play_k, temperature=d.self_play_temperature, seed=cfg.seeds()["sampling"],
+        max_new_tokens=d.max_new_tokens, cache_key={**base_key, "task": cfg.task.model_dump()}, verbose=verbose))
+    pairs, stats = pipeline.preference_pairs(sp["samples"])
+    stats["self_play_key"] = sp["key"]
+    if not pairs:
+        raise RuntimeError(f"self-play gave no preference pairs ({stats['prompts']} prompts, all tied)")
+    rows = {"sft": pipeline.rft_rows, "pairs": lambda p: p, "unpaired": pipeline.unpaired_rows}[spec.data](pairs)
+    return rows, stats
+
+
+def _one_line(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg}"
+
+
+def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
+    """Train and evaluate one configuration; returns its record (``status`` finished or failed)."""
+    run_id = cfg.run_id()
+    d = run_dir(out, cfg.grid, run_id)
+    seeds = cfg.seeds()
+    record = {"run_id": run_id, "grid": cfg.grid, "status": "running", "error": None, "scale": cfg.model.name,
+              "method": cfg.method, "seed": cfg.seed, "lora": cfg.model.lora.enabled, "seeds": seeds,
+              "config": cfg.model_dump(), "config_hash": content_hash(cfg.model_dump()), "git_sha": git_sha(),
+              "packages": packages(), "world_size": None}
+    t0 = time.time()
+    D.init_distributed()
+    record["world_size"] = D.world_size()
+    if D.is_main():
+        write_record(d, record)
+    try:
+        spec = losses.get(cfg.method)
+        hparams = spec.resolve_hparams(cfg.loss)
+        record.update(paradigm=spec.paradigm, data_kind=spec.data, loss_version=spec.version, loss_hparams=hparams,
+                      loss_paper=spec.paper)
+        base_path, base_key = _on_main_first(lambda: base_model_path(cfg, verbose=verbose and D.is_main()))
+        model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
+        record["scale_params"] = count_parameters(model)
+        t_data = time.time()
+        rows, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
+        record["data"] = stats
+        t_train = time.time()
+        torch.manual_seed(seeds["init"])
+        log = MetricsLog(d / "metrics.jsonl") if D.is_main() else None
+        train = train_online if (spec.data == "online" or spec.generates_own_pairs) else train_offline
+        kwargs = {} if train is train_online else {"ref_key": {**base_key, "max_len": cfg.data.max_len,
+                                                                "lora": cfg.model.lora.model_dump()}}
+        engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
+        record["data_order_sha"] = res.data_order_sha
+        record["steps"] = res.steps
+        t_eval = time.time()
+        state = lm_state(full_state_dict(engine))
+        if D.is_main():
+            eval_model, _ = load_model(base_path, cfg, init_seed=seeds["init"])
+            eval_model.load_state_dict(state)
+            metrics, outcomes = evaluate(eval_model, tok, cfg, seed=seeds["eval"])
+            final = res.history[-1] if res.history else {}
+            metrics["final_loss"] = final.get("loss")
+            record["metrics"] = metrics
+            write_jsonl_atomic(d / "eval.jsonl", outcomes)
+        record["timing"] = {"data_s": round(t_train - t_data, 1), "train_s": round(t_eval - t_train, 1),
+                            "eval_s": round(time.time() - t_eval, 1), "total_s": round(time.time() - t0, 1)}
+        record["status"] = "finished"
+    except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
+        record.update(status="failed", error=_one_line(exc), traceback=traceback.format_exc(limit=20),
+                      timing={"total_s": round(time.time() - t0, 1)})
+    if D.is_main():
+        write_record(d, record)
+    D.barrier()
+    return record

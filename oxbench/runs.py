@@ -1,0 +1,79 @@
+"""Self-describing run records: ``<out>/<grid>/<run_id>/run.json`` plus ``metrics.jsonl``.
+
+Records are written atomically (temp file + rename). A run directory whose ``run.json``
+says ``finished`` is complete; anything else (no record, ``running``, ``failed``) is
+re-run by the grid.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from oxbench.utils import write_json_atomic
+
+PACKAGES = ("oxbench", "torch", "transformers", "tokenizers", "deepspeed", "peft", "accelerate", "trl",
+            "datasets", "lm-eval", "numpy", "scipy", "pandas", "pydantic")
+
+
+def run_dir(out: Path, grid: str, run_id: str) -> Path:
+    return Path(out) / grid / run_id
+
+
+def read_record(path: Path) -> dict | None:
+    f = Path(path) / "run.json"
+    if not f.exists():
+        return None
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def is_finished(path: Path) -> bool:
+    rec = read_record(path)
+    return bool(rec) and rec.get("status") == "finished"
+
+
+def write_record(path: Path, record: dict) -> None:
+    write_json_atomic(Path(path) / "run.json", record)
+
+
+def packages() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def git_sha() -> str:
+    """The source tree's commit (``+dirty`` if it has uncommitted changes), or ``unknown``."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+class MetricsLog:
+    """Appends one JSON line per logged step to ``metrics.jsonl`` (truncated at the run's start)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+
+    def __call__(self, row: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")

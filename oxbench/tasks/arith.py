@@ -1,0 +1,110 @@
+"""``arith``: a procedural, GSM8K-format arithmetic word-problem task.
+
+Each problem is a short story (a start value, then ``steps`` additions or subtractions),
+a step-by-step working with one equation per line, and a final ``#### N`` line, exactly
+the format of GSM8K's ``answer`` field, so the same grader scores both tasks.
+
+* Deterministic: the same (split, seed, knobs) always gives the same problems.
+* Train and test never overlap: a problem's split is decided by a hash of its content,
+  not by the seed, so no seed can put a test problem into training data.
+* Difficulty knobs: ``steps`` (operations per problem) and ``max_operand``.
+* ``variant="ood"`` is an out-of-distribution version: another story template and
+  wording ("A shelf holds ...", "are added", "are removed") and one extra step, with the
+  same arithmetic. Models are trained on ``variant="id"`` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+NAMES = ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivy", "Jon", "Kim", "Leo", "Mia", "Ned"]
+OBJECTS = ["apples", "pens", "cards", "coins", "books", "shells", "stamps", "eggs", "rocks", "cups"]
+PLACES = ["shelf", "box", "jar", "bag", "basket", "crate"]
+TEST_FRACTION_MOD = 5  # one problem in five (by content hash) belongs to the test split
+
+
+def _split_of(key: str) -> str:
+    digest = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
+    return "test" if digest % TEST_FRACTION_MOD == 0 else "train"
+
+
+def _draw(rng: random.Random, steps: int, max_operand: int) -> tuple[int, list[tuple[str, int]]]:
+    start = rng.randint(2, max_operand)
+    ops, value = [], start
+    for _ in range(steps):
+        if value > 1 and rng.random() < 0.5:
+            b = rng.randint(1, min(value - 1, max_operand))
+            ops.append(("-", b))
+            value -= b
+        else:
+            b = rng.randint(1, max_operand)
+            ops.append(("+", b))
+            value += b
+    return start, ops
+
+
+def _working(start: int, ops: list[tuple[str, int]]) -> tuple[str, int]:
+    lines, value = [], start
+    for op, b in ops:
+        new = value + b if op == "+" else value - b
+        lines.append(f"{value} {op} {b} = {new}")
+        value = new
+    return "\n".join(lines) + f"\n#### {value}", value
+
+
+def _story_id(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> str:
+    name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
+    parts = [f"{name} has {start} {obj}."]
+    for op, b in ops:
+        parts.append(f"{name} gets {b} more." if op == "+" else f"{name} gives away {b}.")
+    parts.append(f"How many {obj} now?")
+    return " ".join(parts)
+
+
+def _story_ood(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> str:
+    place, obj = rng.choice(PLACES), rng.choice(OBJECTS)
+    parts = [f"A {place} holds {start} {obj}."]
+    for op, b in ops:
+        parts.append(f"Next, {b} are added." if op == "+" else f"Next, {b} are removed.")
+    parts.append(f"How many {obj} are in the {place}?")
+    return " ".join(parts)
+
+
+def generate(
+    split: str = "train",
+    n: int = 1000,
+    *,
+    seed: int = 0,
+    steps: int = 2,
+    max_operand: int = 30,
+    variant: str = "id",
+    distinct: bool = True,
+) -> list[dict]:
+    """``n`` problems ``{"question", "answer", "id"}`` of one split, distinct unless ``distinct=False``
+    (pre-training draws with repetition from the split).
+
+    Raises ``ValueError`` if the knobs allow fewer than ``n`` distinct problems.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"arith: split must be 'train' or 'test', got {split!r}")
+    if variant not in ("id", "ood"):
+        raise ValueError(f"arith: variant must be 'id' or 'ood', got {variant!r}")
+    if steps < 1 or max_operand < 2:
+        raise ValueError("arith: steps must be >= 1 and max_operand >= 2")
+    actual_steps = steps + 1 if variant == "ood" else steps
+    story = _story_ood if variant == "ood" else _story_id
+    rng = random.Random(f"arith/{variant}/{split}/{seed}/{steps}/{max_operand}")
+    out, seen, attempts = [], set(), 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 200 * n + 10_000:
+            raise ValueError(f"arith: only {len(out)} distinct {split} problems for steps={steps}, max_operand={max_operand}")
+        start, ops = _draw(rng, actual_steps, max_operand)
+        key = f"{start}|" + "|".join(f"{op}{b}" for op, b in ops)
+        if (distinct and key in seen) or _split_of(key) != split:
+            continue
+        seen.add(key)
+        answer, _ = _working(start, ops)
+        out.append({"question": story(rng, start, ops), "answer": answer, "id": f"arith-{variant}-{split}-{len(out)}"})
+    return out

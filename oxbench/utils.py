@@ -1,0 +1,65 @@
+"""Small shared helpers: hashing, atomic writes, the cache directory, progress bars."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def content_hash(obj, n: int = 12) -> str:
+    """A short, stable digest of a JSON-able object (keys sorted)."""
+    blob = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:n]
+
+
+def cache_root() -> Path:
+    """``$OXBENCH_CACHE`` or ``~/.cache/oxbench``: pre-trained models, generated data, ref log-probs."""
+    root = Path(os.environ.get("OXBENCH_CACHE", Path.home() / ".cache" / "oxbench"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write JSON to a temp file in the same directory, fsync, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl_atomic(path: Path, rows) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def progress(iterable, description: str, *, enabled: bool = True, total: int | None = None):
+    """A rich progress bar on a terminal (stderr), plain iteration otherwise."""
+    if not enabled:
+        yield from iterable
+        return
+    from rich.progress import track
+
+    yield from track(iterable, description=description, total=total, transient=True)

@@ -1,0 +1,139 @@
+"""The shared trainer: every loss trains, invariances hold, the reference is cached and checked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import losses
+from oxbench.config import RunConfig
+from oxbench.engine import distributed as D
+from oxbench.engine.trainer import train_offline, train_online
+from oxbench.models.loading import load_model
+from oxbench.tasks import arith
+
+
+BUILTINS = sorted(n for n, eps in losses.registry._entry_points().items() if eps[0].value.startswith("losses."))
+
+
+def rows_for(kind: str, n: int = 16) -> list[dict]:
+    probs = arith.generate("train", n, seed=0, max_operand=9)
+    if kind == "sft":
+        return [{"id": p["id"], "question": p["question"], "completion": p["answer"]} for p in probs]
+    if kind == "pairs":
+        return [{"id": p["id"], "question": p["question"], "chosen": p["answer"],
+                 "rejected": p["answer"].replace("####", "#### 1"), "chosen_reward": 1.0, "rejected_reward": 0.0}
+                for p in probs]
+    if kind == "unpaired":
+        return [{"id": f"{p['id']}/{lab}", "question": p["question"],
+                 "completion": p["answer"] if lab else p["answer"][::-1], "label": lab}
+                for p in probs for lab in (True, False)]
+    return probs
+
+
+def cfg_for(path: str, method: str, **train) -> RunConfig:
+    return RunConfig(method=method, model={"name": path},
+                     train={"batch_size": 4, "lr": 1e-2, "max_steps": 3, "warmup_ratio": 0.0, **train},
+                     online={"n": 4, "prompts_per_batch": 2, "steps": 3, "max_new_tokens": 12},
+                     data={"max_len": 128})
+
+
+def length_parity_reward(completion: str, answer: str) -> float:
+    """A reward with variance even for an untrained model (the grader would give all zeros)."""
+    return float(len(completion) % 2)
+
+
+def train(method: str, path: str, **train_kw):
+    D.init_distributed()
+    spec = losses.get(method)
+    cfg = cfg_for(path, method, **train_kw)
+    model, tok = load_model(path, cfg, init_seed=0)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    hp = spec.resolve_hparams()
+    if spec.data == "online" or spec.generates_own_pairs:
+        engine, res = train_online(cfg, spec, hp, model, tok, rows_for("online", 8), run=method,
+                                   reward_fn=length_parity_reward)
+    else:
+        engine, res = train_offline(cfg, spec, hp, model, tok, rows_for(spec.data), run=method)
+    return engine, res, before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", BUILTINS)
+def test_three_trainer_steps_change_parameters(method, micro_model_dir):
+    engine, res, before = train(method, micro_model_dir)
+    assert res.steps == 3
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res.history)
+    module = engine.module.lm if hasattr(engine.module, "lm") else engine.module
+    changed = any(not torch.equal(before[k], v.detach()) for k, v in module.named_parameters() if k in before)
+    assert changed, f"{method}: three steps left every parameter unchanged"
+
+
+def _params(engine):
+    return torch.cat([p.detach().flatten() for p in engine.module.parameters()])
+
+
+def test_batch_8_x_accum_1_equals_batch_1_x_accum_8(micro_model_dir):
+    """One optimizer step on the same 8 pairs: one micro-batch of 8, or 8 micro-batches of 1."""
+    a, _, _ = train("dpo", micro_model_dir, batch_size=8, grad_accum=1, max_steps=1, lr=1e-3)
+    b, _, _ = train("dpo", micro_model_dir, batch_size=1, grad_accum=8, max_steps=1, lr=1e-3)
+    torch.testing.assert_close(_params(a), _params(b), rtol=0, atol=2e-6)
+
+
+def test_same_seed_same_metrics_and_other_seed_other_order(micro_model_dir):
+    _, r1, _ = train("dpo", micro_model_dir)
+    _, r2, _ = train("dpo", micro_model_dir)
+    assert [h["loss"] for h in r1.history] == [h["loss"] for h in r2.history]
+    assert r1.data_order_sha == r2.data_order_sha
+    D.init_distributed()
+    spec = losses.get("dpo")
+    cfg = cfg_for(micro_model_dir, "dpo").model_copy(update={"seed": 1})
+    model, tok = load_model(micro_model_dir, cfg, init_seed=1)
+    _, r3 = train_offline(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("pairs"), run="dpo-s1")
+    assert r3.data_order_sha != r1.data_order_sha
+    assert [h["loss"] for h in r3.history] != [h["loss"] for h in r1.history]
+
+
+def test_reference_logps_are_cached_once(micro_model_dir, monkeypatch):
+    """The second run with the same data reads the cache: no reference forward at all."""
+    import oxbench.engine.reference as ref
+
+    train("dpo", micro_model_dir, max_steps=1)
+    calls = []
+    real = ref.token_logps
+    monkeypatch.setattr(ref, "token_logps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    train("dpo", micro_model_dir, max_steps=1)
+    assert calls == []
+
+
+def test_stale_reference_cache_is_caught_at_step_0(micro_model_dir, monkeypatch):
+    """If the cached reference does not match the initial policy, the run stops at step 0."""
+    import oxbench.engine.reference as ref
+
+    real = ref.RefCache.sequence_and_tokens
+
+    def shifted(self, ids, role, mask):
+        seq, tok = real(self, ids, role, mask)
+        return seq + 0.5, tok
+
+    monkeypatch.setattr(ref.RefCache, "sequence_and_tokens", shifted)
+    with pytest.raises(RuntimeError, match="step-0"):
+        train("dpo", micro_model_dir, max_steps=1)
+
+
+def test_online_rollouts_carry_policy_version(micro_model_dir, monkeypatch):
+    """Every rollout is stamped with the version of the weights that generated it."""
+    import oxbench.engine.trainer as tr
+
+    seen = []
+    real = tr.RolloutWorker.rollouts
+
+    def spy(self, *a, **k):
+        out = real(self, *a, **k)
+        seen.append({r.policy_version for r in out})
+        return out
+
+    monkeypatch.setattr(tr.RolloutWorker, "rollouts", spy)
+    _, res, _ = train("sgrpo", micro_model_dir)
+    assert seen == [{0}, {1}, {2}]
+    assert [h["step"] for h in res.history] == [1, 2, 3]
