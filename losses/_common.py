@@ -40,10 +40,14 @@ def group_stats(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tens
     """Per-element group mean, group std (unbiased, like ``torch.std``) and group size."""
     uniq, inv = torch.unique(group_ids, return_inverse=True)
     g = uniq.numel()
-    count = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(0, inv, torch.ones_like(values))
+    count = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(
+        0, inv, torch.ones_like(values)
+    )
     total = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(0, inv, values)
     mean = total / count
-    sq = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(0, inv, (values - mean[inv]) ** 2)
+    sq = torch.zeros(g, dtype=values.dtype, device=values.device).index_add_(
+        0, inv, (values - mean[inv]) ** 2
+    )
     std = torch.sqrt(sq / (count - 1).clamp(min=1.0))
     return mean[inv], std[inv], count[inv]
 

@@ -80,7 +80,9 @@ class LossSpec:
         if self.sft_source not in SFT_SOURCES:
             raise LossError(f"{where}: sft_source {self.sft_source!r} is not one of {', '.join(SFT_SOURCES)}")
         if self.chosen_source not in SFT_SOURCES:
-            raise LossError(f"{where}: chosen_source {self.chosen_source!r} is not one of {', '.join(SFT_SOURCES)}")
+            raise LossError(
+                f"{where}: chosen_source {self.chosen_source!r} is not one of {', '.join(SFT_SOURCES)}"
+            )
         if not isinstance(self.version, int) or self.version < 1:
             raise LossError(f"{where}: version must be a positive int")
         if not isinstance(self.defaults, dict):

@@ -69,7 +69,9 @@ class LossInputs:
         """Raise a one-line error if any of ``names`` is missing."""
         missing = [n for n in names if getattr(self, n) is None]
         if missing:
-            raise ValueError(f"loss {loss!r} needs LossInputs.{', '.join(missing)} (got: {', '.join(self.present())})")
+            raise ValueError(
+                f"loss {loss!r} needs LossInputs.{', '.join(missing)} (got: {', '.join(self.present())})"
+            )
 
 
 @dataclass

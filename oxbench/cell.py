@@ -1,5 +1,8 @@
 """``python -m oxbench.cell CONFIG.json OUT``: run one cell (what every executor launches).
 
+``python -m oxbench.cell --prepare CONFIG.json``: only pre-train its base model and make its
+self-play data (the grid does this once per shared key before running cells).
+
 Holds an exclusive lock on the run directory, so a cell never runs twice at once; exits
 non-zero if the run failed.
 """
@@ -20,6 +23,11 @@ from oxbench.runs import run_dir
 
 def main(argv: list[str]) -> int:
     load_env_plugins()
+    if argv[0] == "--prepare":
+        from oxbench.runner import prepare_shared
+
+        prepare_shared(RunConfig(**json.loads(Path(argv[1]).read_text())), verbose=False)
+        return 0
     cfg = RunConfig(**json.loads(Path(argv[0]).read_text()))
     out = Path(argv[1])
     d = run_dir(out, cfg.grid, cfg.run_id())

@@ -19,8 +19,12 @@ import losses
 from oxbench.grid import GridError, expand, load_grid, load_run_config
 from oxbench.runs import read_record, run_dir
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="oxbench: a controlled benchmark harness for LLM post-training algorithms.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="oxbench: a controlled benchmark harness for LLM post-training algorithms.",
+)
 out_console = Console()
 err_console = Console(stderr=True)
 
@@ -70,8 +74,10 @@ def print_plan(cells, out: Path) -> dict:
         total += est
         table.add_row(str(i + 1), c.run_id(), c.model.name, c.method, str(c.seed), st, f"{est / 60:.1f}m")
     out_console.print(table)
-    out_console.print(f"finished {counts.get('finished', 0)}, to run {len(cells) - counts.get('finished', 0)} "
-                      f"(failed before: {counts.get('failed', 0)}); estimated {total / 60:.0f} min on one CPU worker")
+    out_console.print(
+        f"finished {counts.get('finished', 0)}, to run {len(cells) - counts.get('finished', 0)} "
+        f"(failed before: {counts.get('failed', 0)}); estimated {total / 60:.0f} min on one CPU worker"
+    )
     return counts
 
 
@@ -95,9 +101,16 @@ def summary_table(records: list[dict], title: str) -> Table:
         ok = [r for r in rs if r.get("status") == "finished"]
         m = [r.get("metrics", {}) for r in ok]
         best = next((k for k in (m[0] if m else {}) if k.startswith("best_at_")), None)
-        t.add_row(str(scale), str(method), str(len(ok)), fmt([x.get("accuracy") for x in m]),
-                  fmt([x.get("accuracy_flexible") for x in m]), fmt([x.get("ood_accuracy") for x in m]),
-                  fmt([x.get(best) for x in m]) if best else "-", str(len(rs) - len(ok)))
+        t.add_row(
+            str(scale),
+            str(method),
+            str(len(ok)),
+            fmt([x.get("accuracy") for x in m]),
+            fmt([x.get("accuracy_flexible") for x in m]),
+            fmt([x.get("ood_accuracy") for x in m]),
+            fmt([x.get(best) for x in m]) if best else "-",
+            str(len(rs) - len(ok)),
+        )
     return t
 
 
@@ -109,7 +122,9 @@ def run(
     plan: bool = typer.Option(False, "--plan", help="Print the cells and their status; run nothing."),
     executor: str = typer.Option("local", "--executor", help="local | ray | slurm"),
     workers: int = typer.Option(1, "--workers", help="Cells run at once (local, ray)."),
-    nproc: int = typer.Option(1, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks."),
+    nproc: int = typer.Option(
+        1, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks."
+    ),
     ray_address: str | None = typer.Option(None, "--ray-address", help="An existing Ray cluster."),
     slurm_cluster: str | None = typer.Option(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
     plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
@@ -135,7 +150,9 @@ def run(
     out_console.print(summary_table(done, f"{g.name}: accuracy (%) mean ± std over seeds"))
     failed = [r for r in records if r.get("status") != "finished"]
     for r in failed:
-        err_console.print(f"[red]failed[/red] {r.get('run_id')}: {r.get('error')}", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[red]failed[/red] {r.get('run_id')}: {r.get('error')}", highlight=False, soft_wrap=True
+        )
     del counts
     if failed:
         raise typer.Exit(1)
@@ -146,20 +163,36 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
 
     from oxbench import executors
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err_console) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+    ) as bar:
         task = bar.add_task("cells", total=len(todo))
 
         def on_done(cfg, rec):
             acc = rec.get("metrics", {}).get("accuracy")
-            mark = f"acc {100 * acc:.1f}%" if rec.get("status") == "finished" and acc is not None else rec.get("error")
+            mark = (
+                f"acc {100 * acc:.1f}%"
+                if rec.get("status") == "finished" and acc is not None
+                else rec.get("error")
+            )
             bar.console.print(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}", highlight=False)
             bar.advance(task)
 
         if executor == "local":
+            prep = bar.add_task("shared data (pre-training, self-play)", total=None)
+            errors = executors.prepare_local(todo, out, workers=workers)
+            bar.remove_task(prep)
+            for e in errors:  # the cells that need it will fail with the full error; keep going
+                bar.console.print(f"[yellow]warning[/yellow] {e}", highlight=False)
             return executors.run_local(todo, out, workers=workers, nproc=nproc, on_done=on_done)
         if executor == "ray":
-            return executors.run_ray(todo, out, workers=workers, nproc=nproc, address=ray_address, on_done=on_done)
+            return executors.run_ray(
+                todo, out, workers=workers, nproc=nproc, address=ray_address, on_done=on_done
+            )
         if executor == "slurm":
             return executors.run_slurm(todo, out, nproc=nproc, cluster=slurm_cluster, on_done=on_done)
     fail(f"unknown executor {executor!r} (local, ray or slurm)")

@@ -48,7 +48,8 @@ class TaskConfig(Strict):
     name: Literal["arith", "gsm8k"] = "arith"
     steps: int = 2  # arith: operations per problem
     max_operand: int = 30  # arith: largest operand
-    path: str | None = None  # gsm8k: a file, a directory with train/test files, or a HF dataset id
+    path: str | None = None  # gsm8k: a directory with train/test files, a HF dataset id, or the train file
+    test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
 
     @model_validator(mode="after")
@@ -79,6 +80,7 @@ class TrainConfig(Strict):
     log_every: int = 1
     max_steps: int | None = None  # stop after this many optimizer steps (tests, smoke runs)
     check_reference: bool = True  # step-0 check that policy log-probs equal the reference's
+    save_model: bool = False  # save the trained weights to <run_dir>/model (save_pretrained format)
 
 
 class OnlineConfig(Strict):
@@ -154,7 +156,11 @@ def format_validation_error(exc: ValidationError, where: str, model: type[BaseMo
 def _known_keys(model: type[BaseModel], path) -> list[str]:
     for part in path:
         field = model.model_fields.get(str(part))
-        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+        if (
+            field is None
+            or not isinstance(field.annotation, type)
+            or not issubclass(field.annotation, BaseModel)
+        ):
             return []
         model = field.annotation
     return list(model.model_fields)

@@ -147,16 +147,30 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
             cfg = RunConfig(**raw)
         except ValidationError as exc:
             raise GridError(format_validation_error(exc, f"{where} (cell {method}/{scale})")) from None
-        try:
-            losses.get(cfg.method).resolve_hparams(cfg.loss)
-        except losses.LossError as exc:
-            raise GridError(f"{where} (cell {method}/{scale}): {exc}") from None
+        validate_cell(cfg, f"{where} (cell {method}/{scale})")
         cells.append(cfg)
     ids = [c.run_id() for c in cells]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
     return cells
+
+
+def validate_cell(cfg: RunConfig, where: str) -> None:
+    """Checks that need no training: the loss and its hyper-parameters, the model name, the data file."""
+    from oxbench.models.loading import ModelError, check_model_name
+    from oxbench.tasks.errors import TaskError
+
+    try:
+        losses.get(cfg.method).resolve_hparams(cfg.loss)
+        check_model_name(cfg.model.name)
+        if cfg.task.name == "gsm8k":
+            from oxbench.tasks import load_task_split
+
+            for split in ("train", "test"):
+                load_task_split(cfg.task.model_dump(), split, local_only=True)
+    except (losses.LossError, ModelError, TaskError) as exc:
+        raise GridError(f"{where}: {exc}") from None
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -172,8 +186,5 @@ def load_run_config(path: str | Path) -> RunConfig:
         cfg = RunConfig(**raw)
     except ValidationError as exc:
         raise GridError(format_validation_error(exc, str(path))) from None
-    try:
-        losses.get(cfg.method).resolve_hparams(cfg.loss)
-    except losses.LossError as exc:
-        raise GridError(f"{path}: {exc}") from None
+    validate_cell(cfg, str(path))
     return cfg

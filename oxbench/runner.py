@@ -34,22 +34,66 @@ def _on_main_first(fn):
     return fn()
 
 
-def prepare_data(cfg: RunConfig, spec, model, tok, base_key: dict, *, verbose: bool) -> tuple[list[dict], dict]:
+def needs_self_play(spec) -> bool:
+    return spec.data in ("pairs", "unpaired") or (spec.data == "sft" and spec.sft_source == "self_play")
+
+
+def shared_key(cfg: RunConfig) -> str:
+    """What a cell shares with other cells: its base model and (if any) its self-play data."""
+    spec = losses.get(cfg.method)
+    parts = {
+        "model": cfg.model.name,
+        "pretrain": cfg.model.pretrain.model_dump(),
+        "task": cfg.task.model_dump(),
+    }
+    if needs_self_play(spec) and not spec.generates_own_pairs:
+        parts |= {"data": cfg.data.model_dump(), "sampling": cfg.seeds()["sampling"]}
+    return content_hash(parts)
+
+
+def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
+    """Pre-train the base model and generate the self-play data a cell needs, into the cache.
+
+    The grid runs this once per distinct :func:`shared_key` before its cells, so parallel
+    cells never duplicate (or race on) the shared work.
+    """
+    spec = losses.get(cfg.method)
+    base_path, base_key = base_model_path(cfg, verbose=verbose)
+    if needs_self_play(spec) and not spec.generates_own_pairs:
+        model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
+        prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
+
+
+def prepare_data(
+    cfg: RunConfig, spec, model, tok, base_key: dict, *, verbose: bool
+) -> tuple[list[dict], dict]:
     """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
     train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
     if spec.data == "online" or spec.generates_own_pairs:
         return train, {"prompts": len(train)}
-    if spec.data == "sft" and spec.sft_source == "gold":
+    if not needs_self_play(spec):
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
     d = cfg.data
-    sp = _on_main_first(lambda: pipeline.self_play(
-        model, tok, train, k=d.self_play_k, temperature=d.self_play_temperature, seed=cfg.seeds()["sampling"],
-        max_new_tokens=d.max_new_tokens, cache_key={**base_key, "task": cfg.task.model_dump()}, verbose=verbose))
+    sp = _on_main_first(
+        lambda: pipeline.self_play(
+            model,
+            tok,
+            train,
+            k=d.self_play_k,
+            temperature=d.self_play_temperature,
+            seed=cfg.seeds()["sampling"],
+            max_new_tokens=d.max_new_tokens,
+            cache_key={**base_key, "task": cfg.task.model_dump()},
+            verbose=verbose,
+        )
+    )
     pairs, stats = pipeline.preference_pairs(sp["samples"])
     stats["self_play_key"] = sp["key"]
     if not pairs:
         raise RuntimeError(f"self-play gave no preference pairs ({stats['prompts']} prompts, all tied)")
-    rows = {"sft": pipeline.rft_rows, "pairs": lambda p: p, "unpaired": pipeline.unpaired_rows}[spec.data](pairs)
+    rows = {"sft": pipeline.rft_rows, "pairs": lambda p: p, "unpaired": pipeline.unpaired_rows}[spec.data](
+        pairs
+    )
     return rows, stats
 
 
@@ -63,10 +107,22 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     run_id = cfg.run_id()
     d = run_dir(out, cfg.grid, run_id)
     seeds = cfg.seeds()
-    record = {"run_id": run_id, "grid": cfg.grid, "status": "running", "error": None, "scale": cfg.model.name,
-              "method": cfg.method, "seed": cfg.seed, "lora": cfg.model.lora.enabled, "seeds": seeds,
-              "config": cfg.model_dump(), "config_hash": content_hash(cfg.model_dump()), "git_sha": git_sha(),
-              "packages": packages(), "world_size": None}
+    record = {
+        "run_id": run_id,
+        "grid": cfg.grid,
+        "status": "running",
+        "error": None,
+        "scale": cfg.model.name,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "lora": cfg.model.lora.enabled,
+        "seeds": seeds,
+        "config": cfg.model_dump(),
+        "config_hash": content_hash(cfg.model_dump()),
+        "git_sha": git_sha(),
+        "packages": packages(),
+        "world_size": None,
+    }
     t0 = time.time()
     D.init_distributed()
     record["world_size"] = D.world_size()
@@ -75,8 +131,13 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     try:
         spec = losses.get(cfg.method)
         hparams = spec.resolve_hparams(cfg.loss)
-        record.update(paradigm=spec.paradigm, data_kind=spec.data, loss_version=spec.version, loss_hparams=hparams,
-                      loss_paper=spec.paper)
+        record.update(
+            paradigm=spec.paradigm,
+            data_kind=spec.data,
+            loss_version=spec.version,
+            loss_hparams=hparams,
+            loss_paper=spec.paper,
+        )
         base_path, base_key = _on_main_first(lambda: base_model_path(cfg, verbose=verbose and D.is_main()))
         model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
         record["scale_params"] = count_parameters(model)
@@ -87,8 +148,11 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         torch.manual_seed(seeds["init"])
         log = MetricsLog(d / "metrics.jsonl") if D.is_main() else None
         train = train_online if (spec.data == "online" or spec.generates_own_pairs) else train_offline
-        kwargs = {} if train is train_online else {"ref_key": {**base_key, "max_len": cfg.data.max_len,
-                                                                "lora": cfg.model.lora.model_dump()}}
+        kwargs = (
+            {}
+            if train is train_online
+            else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.model_dump()}}
+        )
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
         record["data_order_sha"] = res.data_order_sha
         record["steps"] = res.steps
@@ -97,17 +161,28 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         if D.is_main():
             eval_model, _ = load_model(base_path, cfg, init_seed=seeds["init"])
             eval_model.load_state_dict(state)
+            if cfg.train.save_model:
+                eval_model.save_pretrained(d / "model")
+                tok.save_pretrained(d / "model")
             metrics, outcomes = evaluate(eval_model, tok, cfg, seed=seeds["eval"])
             final = res.history[-1] if res.history else {}
             metrics["final_loss"] = final.get("loss")
             record["metrics"] = metrics
             write_jsonl_atomic(d / "eval.jsonl", outcomes)
-        record["timing"] = {"data_s": round(t_train - t_data, 1), "train_s": round(t_eval - t_train, 1),
-                            "eval_s": round(time.time() - t_eval, 1), "total_s": round(time.time() - t0, 1)}
+        record["timing"] = {
+            "data_s": round(t_train - t_data, 1),
+            "train_s": round(t_eval - t_train, 1),
+            "eval_s": round(time.time() - t_eval, 1),
+            "total_s": round(time.time() - t0, 1),
+        }
         record["status"] = "finished"
     except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
-        record.update(status="failed", error=_one_line(exc), traceback=traceback.format_exc(limit=20),
-                      timing={"total_s": round(time.time() - t0, 1)})
+        record.update(
+            status="failed",
+            error=_one_line(exc),
+            traceback=traceback.format_exc(limit=20),
+            timing={"total_s": round(time.time() - t0, 1)},
+        )
     if D.is_main():
         write_record(d, record)
     D.barrier()

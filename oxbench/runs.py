@@ -15,8 +15,22 @@ from pathlib import Path
 
 from oxbench.utils import write_json_atomic
 
-PACKAGES = ("oxbench", "torch", "transformers", "tokenizers", "deepspeed", "peft", "accelerate", "trl",
-            "datasets", "lm-eval", "numpy", "scipy", "pandas", "pydantic")
+PACKAGES = (
+    "oxbench",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "deepspeed",
+    "peft",
+    "accelerate",
+    "trl",
+    "datasets",
+    "lm-eval",
+    "numpy",
+    "scipy",
+    "pandas",
+    "pydantic",
+)
 
 
 def run_dir(out: Path, grid: str, run_id: str) -> Path:
@@ -56,11 +70,18 @@ def git_sha() -> str:
     """The source tree's commit (``+dirty`` if it has uncommitted changes), or ``unknown``."""
     root = Path(__file__).resolve().parent.parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
         if sha.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

@@ -26,23 +26,57 @@ def gold_rows(rows: list[dict]) -> list[dict]:
     return [{"id": r["id"], "question": r["question"], "completion": r["answer"]} for r in rows]
 
 
-def self_play(model, tokenizer, rows: list[dict], *, k: int, temperature: float, seed: int,
-              max_new_tokens: int, cache_key: dict, verbose: bool = True) -> dict:
+def self_play(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    k: int,
+    temperature: float,
+    seed: int,
+    max_new_tokens: int,
+    cache_key: dict,
+    verbose: bool = True,
+) -> dict:
     """``{"samples": [{"id", "question", "answer", "completions", "scores"}], "key": ...}``, cached."""
-    key = content_hash({"v": SELF_PLAY_VERSION, "k": k, "T": temperature, "seed": seed,
-                        "max_new_tokens": max_new_tokens, "ids": [r["id"] for r in rows],
-                        "questions": content_hash([r["question"] for r in rows]), **cache_key})
+    key = content_hash(
+        {
+            "v": SELF_PLAY_VERSION,
+            "k": k,
+            "T": temperature,
+            "seed": seed,
+            "max_new_tokens": max_new_tokens,
+            "ids": [r["id"] for r in rows],
+            "questions": content_hash([r["question"] for r in rows]),
+            **cache_key,
+        }
+    )
     path = cache_root() / "data" / f"selfplay-{key}.json"
     if path.exists():
         return json.loads(path.read_text())
     prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
-    outs = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                    num_return_sequences=k, batch_size=max(1, 256 // k), generator_seed=seed)
+    outs = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        num_return_sequences=k,
+        batch_size=max(1, 256 // k),
+        generator_seed=seed,
+    )
     samples = []
     for r, comps in zip(rows, outs):
         scores = [float(is_correct(c, r["answer"])) for c in comps]
-        samples.append({"id": r["id"], "question": r["question"], "answer": r["answer"],
-                        "completions": comps, "scores": scores})
+        samples.append(
+            {
+                "id": r["id"],
+                "question": r["question"],
+                "answer": r["answer"],
+                "completions": comps,
+                "scores": scores,
+            }
+        )
     result = {"key": key, "samples": samples}
     write_json_atomic(path, result)
     return result
@@ -58,13 +92,27 @@ def preference_pairs(samples: list[dict]) -> tuple[list[dict], dict]:
             continue
         chosen = s["completions"][scores.index(hi)]
         rejected = s["completions"][scores.index(lo)]
-        pairs.append({"id": s["id"], "question": s["question"], "answer": s["answer"], "chosen": chosen,
-                      "rejected": rejected, "chosen_reward": hi, "rejected_reward": lo})
+        pairs.append(
+            {
+                "id": s["id"],
+                "question": s["question"],
+                "answer": s["answer"],
+                "chosen": chosen,
+                "rejected": rejected,
+                "chosen_reward": hi,
+                "rejected_reward": lo,
+            }
+        )
     n = len(samples)
     all_right = sum(1 for s in samples if min(s["scores"]) == max(s["scores"]) and s["scores"][0] > 0)
-    stats = {"prompts": n, "pairs": len(pairs), "dropped": n - len(pairs), "dropped_all_correct": all_right,
-             "dropped_all_wrong": n - len(pairs) - all_right,
-             "self_play_accuracy": sum(sum(s["scores"]) / len(s["scores"]) for s in samples) / max(1, n)}
+    stats = {
+        "prompts": n,
+        "pairs": len(pairs),
+        "dropped": n - len(pairs),
+        "dropped_all_correct": all_right,
+        "dropped_all_wrong": n - len(pairs) - all_right,
+        "self_play_accuracy": sum(sum(s["scores"]) / len(s["scores"]) for s in samples) / max(1, n),
+    }
     return pairs, stats
 
 
@@ -77,9 +125,17 @@ def unpaired_rows(pairs: list[dict]) -> list[dict]:
     """KTO examples: every pair gives one desirable and one undesirable completion."""
     rows = []
     for p in pairs:
-        rows.append({"id": p["id"] + "/chosen", "question": p["question"], "completion": p["chosen"], "label": True})
-        rows.append({"id": p["id"] + "/rejected", "question": p["question"], "completion": p["rejected"],
-                     "label": False})
+        rows.append(
+            {"id": p["id"] + "/chosen", "question": p["question"], "completion": p["chosen"], "label": True}
+        )
+        rows.append(
+            {
+                "id": p["id"] + "/rejected",
+                "question": p["question"],
+                "completion": p["rejected"],
+                "label": False,
+            }
+        )
     return rows
 
 

@@ -12,9 +12,12 @@ import hashlib
 from torch.utils.data import DistributedSampler
 
 
-def make_sampler(n: int, *, seed: int, rank: int, world_size: int, shuffle: bool = True) -> DistributedSampler:
-    return DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
-                              drop_last=False)
+def make_sampler(
+    n: int, *, seed: int, rank: int, world_size: int, shuffle: bool = True
+) -> DistributedSampler:
+    return DistributedSampler(
+        range(n), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
+    )
 
 
 def epoch_indices(sampler: DistributedSampler, epoch: int) -> list[int]:
@@ -24,8 +27,13 @@ def epoch_indices(sampler: DistributedSampler, epoch: int) -> list[int]:
 
 def global_order(n: int, *, seed: int, world_size: int, epochs: int) -> list[list[list[int]]]:
     """``order[epoch][rank]``: the indices every rank sees, as the samplers produce them."""
-    return [[epoch_indices(make_sampler(n, seed=seed, rank=r, world_size=world_size), e) for r in range(world_size)]
-            for e in range(epochs)]
+    return [
+        [
+            epoch_indices(make_sampler(n, seed=seed, rank=r, world_size=world_size), e)
+            for r in range(world_size)
+        ]
+        for e in range(epochs)
+    ]
 
 
 def order_sha(ids_in_order: list[str]) -> str:

@@ -21,23 +21,39 @@ ROLES = {"sft": ("main",), "pairs": ("chosen", "rejected"), "unpaired": ("main",
 
 def encode_examples(kind: str, rows: list[dict], tokenizer, max_len: int, *, kl_seed: int = 0) -> list[dict]:
     """Tokenise rows of one data kind into role sequences."""
+
     def enc(question, completion):
-        return encode_pair(tokenizer, format_prompt(tokenizer, question), format_completion(tokenizer, completion),
-                           max_len)
+        return encode_pair(
+            tokenizer, format_prompt(tokenizer, question), format_completion(tokenizer, completion), max_len
+        )
 
     if kind == "sft":
         return [{"id": r["id"], "main": enc(r["question"], r["completion"])} for r in rows]
     if kind == "pairs":
-        return [{"id": r["id"], "chosen": enc(r["question"], r["chosen"]),
-                 "rejected": enc(r["question"], r["rejected"]),
-                 "chosen_reward": r.get("chosen_reward"), "rejected_reward": r.get("rejected_reward")} for r in rows]
+        return [
+            {
+                "id": r["id"],
+                "chosen": enc(r["question"], r["chosen"]),
+                "rejected": enc(r["question"], r["rejected"]),
+                "chosen_reward": r.get("chosen_reward"),
+                "rejected_reward": r.get("rejected_reward"),
+            }
+            for r in rows
+        ]
     if kind == "unpaired":
         # KL partner: a fixed, seeded derangement over the dataset, so the reference side can be cached.
         perm = list(range(len(rows)))
         random.Random(kl_seed).shuffle(perm)
         partner = {perm[j]: perm[(j + 1) % len(perm)] for j in range(len(perm))}
-        return [{"id": r["id"], "label": bool(r["label"]), "main": enc(r["question"], r["completion"]),
-                 "kl": enc(r["question"], rows[partner[i]]["completion"])} for i, r in enumerate(rows)]
+        return [
+            {
+                "id": r["id"],
+                "label": bool(r["label"]),
+                "main": enc(r["question"], r["completion"]),
+                "kl": enc(r["question"], rows[partner[i]]["completion"]),
+            }
+            for i, r in enumerate(rows)
+        ]
     raise ValueError(f"no offline batch builder for data kind {kind!r}")
 
 
@@ -52,8 +68,16 @@ def _forward_roles(model, chunk: list[dict], roles: tuple[str, ...], pad_id: int
     return split, batches
 
 
-def build_offline_inputs(kind: str, model, chunk: list[dict], pad_id: int, *, ref_cache=None, live_ref=None,
-                         needs_full_logits: bool = False) -> LossInputs:
+def build_offline_inputs(
+    kind: str,
+    model,
+    chunk: list[dict],
+    pad_id: int,
+    *,
+    ref_cache=None,
+    live_ref=None,
+    needs_full_logits: bool = False,
+) -> LossInputs:
     """Policy forward (with grad) plus reference values for one micro-batch."""
     ids = [e["id"] for e in chunk]
     if kind == "unpaired":
@@ -111,4 +135,3 @@ def build_offline_inputs(kind: str, model, chunk: list[dict], pad_id: int, *, re
     kl_seq, _, _ = ref("kl")
     inp.ref_logps, inp.ref_kl_logps = seq, kl_seq
     return inp
-

@@ -44,10 +44,25 @@ class RefCache:
 
     @classmethod
     @torch.no_grad()
-    def build(cls, model, examples: list[dict], roles: tuple[str, ...], pad_id: int, *, key_parts: dict,
-              batch_size: int = 32) -> RefCache:
-        key = content_hash({"v": REF_CACHE_VERSION, "roles": roles, "ids": [e["id"] for e in examples],
-                            "seqs": content_hash([[e[r] for r in roles] for e in examples]), **key_parts})
+    def build(
+        cls,
+        model,
+        examples: list[dict],
+        roles: tuple[str, ...],
+        pad_id: int,
+        *,
+        key_parts: dict,
+        batch_size: int = 32,
+    ) -> RefCache:
+        key = content_hash(
+            {
+                "v": REF_CACHE_VERSION,
+                "roles": roles,
+                "ids": [e["id"] for e in examples],
+                "seqs": content_hash([[e[r] for r in roles] for e in examples]),
+                **key_parts,
+            }
+        )
         path = Path(cache_root()) / "ref" / f"ref-{key}.pt"
         if path.exists():
             return cls(torch.load(path), key)

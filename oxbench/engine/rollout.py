@@ -43,24 +43,58 @@ class RolloutWorker:
         self.model.load_state_dict(state_dict, strict=False)
         self.version = version
 
-    def rollouts(self, rows: list[dict], *, n: int, temperature: float, max_new_tokens: int, seed: int,
-                 reward_fn, group_offset: int = 0) -> list[Rollout]:
+    def rollouts(
+        self,
+        rows: list[dict],
+        *,
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int,
+        reward_fn,
+        group_offset: int = 0,
+    ) -> list[Rollout]:
         prompts = [format_prompt(self.tokenizer, r["question"]) for r in rows]
-        outs = generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                        num_return_sequences=n, batch_size=max(1, 256 // n), generator_seed=seed,
-                        return_finished=True)
+        outs = generate(
+            self.model,
+            self.tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            num_return_sequences=n,
+            batch_size=max(1, 256 // n),
+            generator_seed=seed,
+            return_finished=True,
+        )
         result = []
         for g, (r, comps) in enumerate(zip(rows, outs)):
             for c, done in comps:
-                result.append(Rollout(r["id"], r["question"], r["answer"], c, float(reward_fn(c, r["answer"])),
-                                      group_offset + g, self.version, done))
+                result.append(
+                    Rollout(
+                        r["id"],
+                        r["question"],
+                        r["answer"],
+                        c,
+                        float(reward_fn(c, r["answer"])),
+                        group_offset + g,
+                        self.version,
+                        done,
+                    )
+                )
         return result
 
     def encode(self, rollouts: list[Rollout]) -> list[tuple[list[int], int]]:
         tok = self.tokenizer
         # completions are decoded without special tokens; a finished one gets its EOS back
-        return [encode_pair(tok, format_prompt(tok, r.question), r.completion + (tok.eos_token if r.finished else ""),
-                            self.max_len) for r in rollouts]
+        return [
+            encode_pair(
+                tok,
+                format_prompt(tok, r.question),
+                r.completion + (tok.eos_token if r.finished else ""),
+                self.max_len,
+            )
+            for r in rollouts
+        ]
 
     @torch.no_grad()
     def behaviour_logps(self, batch) -> torch.Tensor:

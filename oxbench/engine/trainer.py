@@ -145,8 +145,18 @@ def _log(history, logger, engine, step, micro_metrics, extra):
 # --------------------------------------------------------------------------- offline
 
 
-def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer, rows: list[dict], *,
-                  run: str, logger=None, ref_key: dict | None = None) -> tuple[object, TrainResult]:
+def train_offline(
+    cfg: RunConfig,
+    spec: LossSpec,
+    hparams: dict,
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    run: str,
+    logger=None,
+    ref_key: dict | None = None,
+) -> tuple[object, TrainResult]:
     """Train on a fixed dataset (``spec.data`` in sft/pairs/unpaired). Returns (engine, result)."""
     t, seeds, res = cfg.train, cfg.seeds(), TrainResult()
     start = time.time()
@@ -163,10 +173,14 @@ def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenize
     if t.max_steps is not None:
         n_steps = min(n_steps, t.max_steps)
     if n_steps == 0:
-        raise RuntimeError(f"run {run}: {len(examples)} examples give no full optimizer step "
-                           f"(batch {t.batch_size} x accum {t.grad_accum} x world {ws})")
+        raise RuntimeError(
+            f"run {run}: {len(examples)} examples give no full optimizer step "
+            f"(batch {t.batch_size} x accum {t.grad_accum} x world {ws})"
+        )
     micro = micro[: n_steps * t.grad_accum]
-    consumed = [examples[i]["id"] for part in D.all_gather_objects([i for _, m in micro for i in m]) for i in part]
+    consumed = [
+        examples[i]["id"] for part in D.all_gather_objects([i for _, m in micro for i in m]) for i in part
+    ]
     res.data_order_sha = order_sha(consumed)
 
     live_ref = ref_cache = None
@@ -175,8 +189,13 @@ def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenize
         live_ref = LiveReference(model)
     engine = build_engine(model, cfg, n_steps)
     if spec.needs_reference and not needs_live:
-        ref_cache = RefCache.build(engine.module, examples, ROLES[spec.data], tokenizer.pad_token_id,
-                                   key_parts=ref_key or {"run": run})
+        ref_cache = RefCache.build(
+            engine.module,
+            examples,
+            ROLES[spec.data],
+            tokenizer.pad_token_id,
+            key_parts=ref_key or {"run": run},
+        )
     sync_every = int(hparams.get("ref_model_sync_steps", 0) or 0)
     mix = float(hparams.get("ref_model_mixup_alpha", 1.0))
 
@@ -184,8 +203,15 @@ def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenize
     step, acc = 0, []
     for i, (epoch, mb) in enumerate(micro):
         chunk = [examples[j] for j in mb]
-        inputs = build_offline_inputs(spec.data, engine, chunk, tokenizer.pad_token_id, ref_cache=ref_cache,
-                                      live_ref=live_ref, needs_full_logits=spec.needs_full_logits)
+        inputs = build_offline_inputs(
+            spec.data,
+            engine,
+            chunk,
+            tokenizer.pad_token_id,
+            ref_cache=ref_cache,
+            live_ref=live_ref,
+            needs_full_logits=spec.needs_full_logits,
+        )
         if i == 0 and ref_cache is not None and t.check_reference:
             _check_reference_equal(inputs, spec.data, run)
         out = spec.fn(inputs, **hparams)
@@ -207,13 +233,17 @@ def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenize
 
 def _check_reference_equal(inputs: LossInputs, kind: str, run: str) -> None:
     """At step 0 the policy *is* the reference: their log-probs must agree."""
-    pairs = {"pairs": [("chosen_logps", "ref_chosen_logps"), ("rejected_logps", "ref_rejected_logps")],
-             "unpaired": [("logps", "ref_logps")]}.get(kind, [])
+    pairs = {
+        "pairs": [("chosen_logps", "ref_chosen_logps"), ("rejected_logps", "ref_rejected_logps")],
+        "unpaired": [("logps", "ref_logps")],
+    }.get(kind, [])
     for pol, ref in pairs:
         a, b = getattr(inputs, pol).detach(), getattr(inputs, ref)
         if not torch.allclose(a, b, atol=1e-3, rtol=1e-4):
-            raise RuntimeError(f"run {run}: step-0 {pol} differ from cached {ref} "
-                               f"(max abs diff {(a - b).abs().max().item():.2e}); stale reference cache?")
+            raise RuntimeError(
+                f"run {run}: step-0 {pol} differ from cached {ref} "
+                f"(max abs diff {(a - b).abs().max().item():.2e}); stale reference cache?"
+            )
 
 
 # --------------------------------------------------------------------------- online
@@ -232,8 +262,18 @@ def _round_prompts(prompts: list[dict], step: int, per_round: int, sampler) -> l
     return [prompts[i] for i in out]
 
 
-def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer, prompts: list[dict], *,
-                 run: str, logger=None, reward_fn=is_correct) -> tuple[object, TrainResult]:
+def train_online(
+    cfg: RunConfig,
+    spec: LossSpec,
+    hparams: dict,
+    model,
+    tokenizer,
+    prompts: list[dict],
+    *,
+    run: str,
+    logger=None,
+    reward_fn=is_correct,
+) -> tuple[object, TrainResult]:
     """Rounds of rollout -> reward -> loss. Rollouts carry the policy version that made them.
 
     ``reward_fn(completion, reference_answer) -> float`` defaults to the strict grader.
@@ -242,8 +282,10 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
     start = time.time()
     ws, rk = D.world_size(), D.rank()
     if o.prompts_per_batch % (ws * t.grad_accum):
-        raise ValueError(f"run {run}: online.prompts_per_batch={o.prompts_per_batch} must be divisible by "
-                         f"world size x train.grad_accum = {ws * t.grad_accum}")
+        raise ValueError(
+            f"run {run}: online.prompts_per_batch={o.prompts_per_batch} must be divisible by "
+            f"world size x train.grad_accum = {ws * t.grad_accum}"
+        )
     per_rank = o.prompts_per_batch // ws
     per_micro = per_rank // t.grad_accum
     if spec.needs_value_model:
@@ -264,9 +306,15 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
         consumed += [r["id"] for r in rows]
         if rnd % o.sync_every == 0:
             worker.sync(lm_state(full_state_dict(engine)), version)
-        experience = worker.rollouts(rows, n=o.n, temperature=o.temperature, max_new_tokens=o.max_new_tokens,
-                                     seed=seeds["sampling"] * 100_003 + rnd * 1009 + rk, reward_fn=reward_fn,
-                                     group_offset=rk * per_rank)
+        experience = worker.rollouts(
+            rows,
+            n=o.n,
+            temperature=o.temperature,
+            max_new_tokens=o.max_new_tokens,
+            seed=seeds["sampling"] * 100_003 + rnd * 1009 + rk,
+            reward_fn=reward_fn,
+            group_offset=rk * per_rank,
+        )
         rewards = torch.tensor([r.reward for r in experience])
         old_values: dict[int, torch.Tensor] = {}  # value head at rollout time, per micro-batch
         for _ in range(o.inner_epochs):
@@ -276,7 +324,9 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
                 if spec.generates_own_pairs:
                     inputs = _pair_inputs(spec, engine, worker, live_ref, part, tokenizer)
                 else:
-                    inputs = _rollout_inputs(spec, engine, worker, live_ref, part, tokenizer.pad_token_id, version)
+                    inputs = _rollout_inputs(
+                        spec, engine, worker, live_ref, part, tokenizer.pad_token_id, version
+                    )
                     if inputs.values is not None:
                         inputs.old_values = old_values.setdefault(m, inputs.values.detach())
                 out = spec.fn(inputs, **hparams)
@@ -285,12 +335,27 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
                 engine.step()
                 acc.append({"loss": out.loss.item(), **out.metrics})
             version += 1
-            if live_ref is not None and spec.updates_reference and sync_every_ref and version % sync_every_ref == 0:
+            if (
+                live_ref is not None
+                and spec.updates_reference
+                and sync_every_ref
+                and version % sync_every_ref == 0
+            ):
                 live_ref.refresh(lm_state(full_state_dict(engine)), mix)
             if version % t.log_every == 0 or rnd == o.steps - 1:
-                _log(res.history, logger, engine, version, acc,
-                     {"round": rnd, "reward_mean": rewards.mean().item(), "rollouts": len(experience) * ws,
-                      "elapsed": time.time() - start})
+                _log(
+                    res.history,
+                    logger,
+                    engine,
+                    version,
+                    acc,
+                    {
+                        "round": rnd,
+                        "reward_mean": rewards.mean().item(),
+                        "rollouts": len(experience) * ws,
+                        "elapsed": time.time() - start,
+                    },
+                )
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
     res.steps, res.seconds = version, time.time() - start
     return engine, res
@@ -301,13 +366,20 @@ def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: 
     out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     logits = out["logits"][:, :-1].float()
     mask = batch["response_mask"][:, 1:]
-    logp = torch.gather(torch.log_softmax(logits, -1), 2, batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1) * mask
-    inp = LossInputs(token_logps=logp, mask=mask, logps=logp.sum(-1),
-                     old_token_logps=worker.behaviour_logps(batch),
-                     rewards=torch.tensor([r.reward for r in part], dtype=torch.float32),
-                     group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
-                     policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
-                     current_version=version)
+    logp = (
+        torch.gather(torch.log_softmax(logits, -1), 2, batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+        * mask
+    )
+    inp = LossInputs(
+        token_logps=logp,
+        mask=mask,
+        logps=logp.sum(-1),
+        old_token_logps=worker.behaviour_logps(batch),
+        rewards=torch.tensor([r.reward for r in part], dtype=torch.float32),
+        group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
+        policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
+        current_version=version,
+    )
     if live_ref is not None:
         inp.ref_token_logps = live_ref.logps(batch)[0]
     if spec.needs_value_model:
@@ -331,16 +403,24 @@ def _pair_inputs(spec, engine, worker, live_ref, part, tokenizer) -> LossInputs:
             if best.reward == worst.reward:
                 continue
             chosen, rejected = best.completion, worst.completion
-        rows.append({"id": f"{rs[0].prompt_id}/{g}", "question": rs[0].question, "chosen": chosen,
-                     "rejected": rejected})
+        rows.append(
+            {
+                "id": f"{rs[0].prompt_id}/{g}",
+                "question": rs[0].question,
+                "chosen": chosen,
+                "rejected": rejected,
+            }
+        )
     weight = 1.0
     if not rows:  # every group tied: a zero-weight pair keeps the ranks' collectives in step
         rs = part[0]
-        rows, weight = [{"id": "tie", "question": rs.question, "chosen": rs.completion, "rejected": rs.completion}], 0.0
+        rows, weight = (
+            [{"id": "tie", "question": rs.question, "chosen": rs.completion, "rejected": rs.completion}],
+            0.0,
+        )
     examples = encode_examples("pairs", rows, tokenizer, worker.max_len)
     inp = build_offline_inputs("pairs", engine, examples, tokenizer.pad_token_id, live_ref=live_ref)
     if weight == 0.0:
         inp.chosen_logps = inp.chosen_logps * 0 + inp.chosen_logps.detach()
         inp.rejected_logps = inp.rejected_logps * 0 + inp.rejected_logps.detach() - 1.0
     return inp
-

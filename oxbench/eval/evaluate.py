@@ -48,23 +48,46 @@ def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list
     e = cfg.eval
     rows = test_rows(cfg)
     prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
-    greedy = [o[0] for o in generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens,
-                                     batch_size=e.batch_size)]
+    greedy = [
+        o[0]
+        for o in generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens, batch_size=e.batch_size)
+    ]
     strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
     flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
-    metrics = {"accuracy": sum(strict) / len(rows), "accuracy_flexible": sum(flexible) / len(rows),
-               "n_test": len(rows)}
-    outcomes = [{"id": r["id"], "split": "test", "correct": s, "correct_flexible": f, "completion": c}
-                for r, s, f, c in zip(rows, strict, flexible, greedy)]
+    metrics = {
+        "accuracy": sum(strict) / len(rows),
+        "accuracy_flexible": sum(flexible) / len(rows),
+        "n_test": len(rows),
+    }
+    outcomes = [
+        {"id": r["id"], "split": "test", "correct": s, "correct_flexible": f, "completion": c}
+        for r, s, f, c in zip(rows, strict, flexible, greedy)
+    ]
     ood = ood_rows(cfg)
     if ood:
-        comps = [o[0] for o in generate(model, tokenizer, [format_prompt(tokenizer, r["question"]) for r in ood],
-                                        max_new_tokens=e.max_new_tokens, batch_size=e.batch_size)]
+        comps = [
+            o[0]
+            for o in generate(
+                model,
+                tokenizer,
+                [format_prompt(tokenizer, r["question"]) for r in ood],
+                max_new_tokens=e.max_new_tokens,
+                batch_size=e.batch_size,
+            )
+        ]
         ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
         metrics["ood_accuracy"] = sum(ok) / len(ood)
         metrics["n_ood"] = len(ood)
-        outcomes += [{"id": r["id"], "split": "ood", "correct": s, "correct_flexible": is_correct(c, r["answer"], "flexible"),
-                      "completion": c} for r, s, c in zip(ood, ok, comps)]
+        outcomes += [
+            {
+                "id": r["id"],
+                "split": "ood",
+                "correct": s,
+                "correct_flexible": is_correct(c, r["answer"], "flexible"),
+                "completion": c,
+            }
+            for r, s, c in zip(ood, ok, comps)
+        ]
     else:
         metrics["ood_accuracy"] = None
     if e.k > 0:
@@ -76,11 +99,22 @@ def sampled_metrics(model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed:
     e = cfg.eval
     n, k = max(e.n_samples, e.k), e.k
     prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
-    outs = generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens, temperature=e.temperature,
-                    num_return_sequences=n, batch_size=max(1, e.batch_size // n), generator_seed=seed)
+    outs = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=e.max_new_tokens,
+        temperature=e.temperature,
+        num_return_sequences=n,
+        batch_size=max(1, e.batch_size // n),
+        generator_seed=seed,
+    )
     counts = [sum(is_correct(c, r["answer"]) for c in comps) for comps, r in zip(outs, rows)]
     m = len(rows)
-    return {f"avg_at_{k}": sum(c / n for c in counts) / m,
-            f"best_at_{k}": sum(pass_at_k(n, c, k) for c in counts) / m,
-            f"worst_at_{k}": sum(all_at_k(n, c, k) for c in counts) / m,
-            "sampled_problems": m, "samples_per_problem": n}
+    return {
+        f"avg_at_{k}": sum(c / n for c in counts) / m,
+        f"best_at_{k}": sum(pass_at_k(n, c, k) for c in counts) / m,
+        f"worst_at_{k}": sum(all_at_k(n, c, k) for c in counts) / m,
+        "sampled_problems": m,
+        "samples_per_problem": n,
+    }

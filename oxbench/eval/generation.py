@@ -6,9 +6,19 @@ import torch
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float = 0.0,
-             num_return_sequences: int = 1, batch_size: int = 64, generator_seed: int | None = None,
-             top_p: float = 1.0, return_finished: bool = False) -> list[list]:
+def generate(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    num_return_sequences: int = 1,
+    batch_size: int = 64,
+    generator_seed: int | None = None,
+    top_p: float = 1.0,
+    return_finished: bool = False,
+) -> list[list]:
     """Completions for every prompt: ``out[i]`` has ``num_return_sequences`` strings.
 
     ``temperature == 0`` is greedy. With ``return_finished`` each item is ``(text, finished)``,
@@ -23,9 +33,13 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, tempe
         chunk = prompts[start : start + batch_size]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(model.device) for k, v in enc.items()}
-        kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id, use_cache=True,
-                      num_return_sequences=num_return_sequences)
+        kwargs = dict(
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            use_cache=True,
+            num_return_sequences=num_return_sequences,
+        )
         if temperature > 0:
             if generator_seed is not None:
                 torch.manual_seed(generator_seed + start)

@@ -26,12 +26,30 @@ def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]
         task = {"name": cfg.task.name, "steps": cfg.task.steps, "max_operand": cfg.task.max_operand}
         if cfg.task.name != "arith":
             task["path"] = cfg.task.path
-        pcfg = PretrainConfig(scale=name, steps=p.steps, batch_size=p.batch_size, lr=p.lr, n_examples=p.n_examples,
-                              seed=p.seed, task=task)
+        pcfg = PretrainConfig(
+            scale=name,
+            steps=p.steps,
+            batch_size=p.batch_size,
+            lr=p.lr,
+            n_examples=p.n_examples,
+            seed=p.seed,
+            task=task,
+        )
         path = ensure_pretrained(pcfg, verbose=verbose)
         return str(path), {"model": name, "pretrain_key": pcfg.key()}
-    if Path(name).exists() or "/" in name:
-        return name, {"model": name}
+    check_model_name(name)
+    return name, {"model": name}
+
+
+def check_model_name(name: str) -> None:
+    """A tiny rung, an existing local directory, or something shaped like a Hub id (``org/name``)."""
+    if is_tiny(name) or Path(name).is_dir():
+        return
+    looks_local = name.startswith((".", "/", "~"))
+    if "/" in name and not looks_local and name.count("/") == 1:
+        return
+    if looks_local:
+        raise ModelError(f"model path {name!r} does not exist")
     import difflib
 
     close = difflib.get_close_matches(name, list(LADDER), n=1)
@@ -66,8 +84,16 @@ def load_model(path: str, cfg: RunConfig, *, init_seed: int):
 
         lc = cfg.model.lora
         torch.manual_seed(init_seed)
-        model = get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
-                                                 target_modules=lc.target_modules, task_type="CAUSAL_LM"))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=lc.r,
+                lora_alpha=lc.alpha,
+                lora_dropout=lc.dropout,
+                target_modules=lc.target_modules,
+                task_type="CAUSAL_LM",
+            ),
+        )
     return model, tok
 
 

@@ -58,7 +58,10 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
     torch.manual_seed(cfg.seed)
     model = build_tiny(cfg.scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     rows = load_task_split(cfg.task, "train", n=cfg.n_examples, seed=cfg.seed, distinct=False)
-    seqs = [encode_pair(tok, format_prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512) for r in rows]
+    seqs = [
+        encode_pair(tok, format_prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512)
+        for r in rows
+    ]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(cfg.warmup, cfg.steps))
     order = random.Random(cfg.seed)
@@ -77,8 +80,13 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    info = {"config": cfg.model_dump(), "key": cfg.key(), "final_loss": sum(losses[-20:]) / 20,
-            "seconds": round(time.time() - start, 1), "parameters": sum(p.numel() for p in model.parameters())}
+    info = {
+        "config": cfg.model_dump(),
+        "key": cfg.key(),
+        "final_loss": sum(losses[-20:]) / 20,
+        "seconds": round(time.time() - start, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
     write_json_atomic(tmp / "pretrain.json", info)
     if out.exists():  # another process finished first: keep theirs
         import shutil

@@ -7,8 +7,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 # name -> (hidden, layers, heads, kv_heads, intermediate)
 LADDER: dict[str, tuple[int, int, int, int, int]] = {
     "tiny-xs": (48, 3, 4, 2, 128),
-    "tiny-s": (96, 4, 4, 2, 256),
-    "tiny-m": (160, 5, 5, 5, 448),
+    "tiny-s": (80, 3, 4, 2, 224),
+    "tiny-m": (128, 4, 4, 2, 384),
     "tiny-l": (256, 6, 8, 4, 704),
 }
 
@@ -36,4 +36,6 @@ def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: 
 
 
 def build_tiny(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int) -> Qwen2ForCausalLM:
-    return Qwen2ForCausalLM(tiny_config(name, vocab_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id))
+    return Qwen2ForCausalLM(
+        tiny_config(name, vocab_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id)
+    )

@@ -99,12 +99,20 @@ def generate(
     while len(out) < n:
         attempts += 1
         if attempts > 200 * n + 10_000:
-            raise ValueError(f"arith: only {len(out)} distinct {split} problems for steps={steps}, max_operand={max_operand}")
+            raise ValueError(
+                f"arith: only {len(out)} distinct {split} problems for steps={steps}, max_operand={max_operand}"
+            )
         start, ops = _draw(rng, actual_steps, max_operand)
         key = f"{start}|" + "|".join(f"{op}{b}" for op, b in ops)
         if (distinct and key in seen) or _split_of(key) != split:
             continue
         seen.add(key)
         answer, _ = _working(start, ops)
-        out.append({"question": story(rng, start, ops), "answer": answer, "id": f"arith-{variant}-{split}-{len(out)}"})
+        out.append(
+            {
+                "question": story(rng, start, ops),
+                "answer": answer,
+                "id": f"arith-{variant}-{split}-{len(out)}",
+            }
+        )
     return out
