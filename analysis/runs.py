@@ -42,6 +42,9 @@ _REQUIRED = {
     "seed": int,
     "lora": bool,
 }
+#: Keys only a finished run must carry: the runner's first ``running`` record lacks them, and a run
+#: that fails before loading its loss or model never gets them. Type-checked whenever present.
+_FINISHED_ONLY = ("scale_params", "paradigm")
 RUN_COLUMNS = [
     "scale",
     "scale_params",
@@ -158,16 +161,21 @@ def _read_record(path: Path) -> dict:
 
 
 def _check_record(record: dict, path: Path) -> None:
+    """Validate ``record`` in place; a key in :data:`_FINISHED_ONLY` missing from an unfinished run is None."""
+    if isinstance(record.get("status"), str) and record["status"] != "finished":
+        for key in _FINISHED_ONLY:
+            record.setdefault(key, None)
     for key, kind in _REQUIRED.items():
         if key not in record:
             raise ValueError(f"{path}: malformed run.json (missing key {key!r})")
-        if not _is(record[key], kind):
+        optional = key in _FINISHED_ONLY and record["status"] != "finished"
+        if not _is(record[key], kind) and not (optional and record[key] is None):
             raise ValueError(
                 f"{path}: malformed run.json ({key!r} must be {kind.__name__}, got {record[key]!r})"
             )
     if record["status"] not in STATUSES:
         raise ValueError(f"{path}: malformed run.json (status {record['status']!r} not in {STATUSES})")
-    if record["paradigm"] not in FAMILY:
+    if record["paradigm"] is not None and record["paradigm"] not in FAMILY:
         raise ValueError(
             f"{path}: malformed run.json (paradigm {record['paradigm']!r} not in {tuple(FAMILY)})"
         )
@@ -207,8 +215,8 @@ def _is(value: object, kind: type) -> bool:
 def _run_row(record: dict) -> dict:
     row = {key: record[key] for key in _REQUIRED if key != "status"}
     row.update(
-        family=FAMILY[record["paradigm"]],
-        online=record["paradigm"] == "online",
+        family=FAMILY.get(record["paradigm"]),
+        online=None if record["paradigm"] is None else record["paradigm"] == "online",
         config_hash=record.get("config_hash"),
         status=record["status"],
         loss_version=record.get("loss_version"),

@@ -8,7 +8,8 @@ Paper: arXiv:2305.18290, Eq. 7.
                         - \log\tfrac{\pi_\theta(y_l|x)}{\pi_{ref}(y_l|x)}\big)\Big)\Big]
 
 With ``label_smoothing`` ε > 0 this becomes conservative DPO (see ``cdpo``):
-``-(1-ε) logσ(βh) - ε logσ(-βh)``, exactly TRL's ``loss_type="sigmoid"``.
+``-(1-ε) logσ(βh) - ε logσ(-βh)`` (older TRL's ``sigmoid`` with ``label_smoothing``; TRL 1.16's
+``sigmoid`` ignores ``label_smoothing``, so parity is tested at ε = 0).
 
 Inputs: ``chosen_logps``, ``rejected_logps``, ``ref_chosen_logps``, ``ref_rejected_logps``,
 each (B,), summed over response tokens. Reduction: mean over pairs.

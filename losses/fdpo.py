@@ -26,7 +26,7 @@ the same push as in DPO. The reference study (oxRL) instead uses
 ``β(h_w - h_l) + β(e^{-h_w} - e^{-h_l})``, i.e. ``f'(u) = log u + 1/u``, whose derivative
 ``1 - e^{-log u}`` is 0 at ``u = 1``: its forward-KL f-DPO cannot move away from the
 reference at all. Its JS and α variants also leave β off part of the score; we use the table
-above for every type. ``tests/losses/test_dpo_b.py`` checks the non-zero gradient at init.
+above for every type. ``tests/loss_algorithms/test_dpo_b.py`` checks the non-zero gradient at init.
 
 Inputs: the four summed log-probs (B,). Reduction: mean over pairs.
 

@@ -64,7 +64,7 @@ def _estimate_seconds(cfg) -> float:
 def print_plan(cells, out: Path) -> dict:
     table = Table(title=f"plan: {len(cells)} cells -> {out}")
     for col in ("#", "run_id", "scale", "method", "seed", "status", "est."):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     counts: dict[str, int] = {}
     total = 0.0
     for i, c in enumerate(cells):
@@ -233,7 +233,7 @@ def list_losses(
         return
     t = Table(title=f"{len(specs)} losses")
     for col in ("name", "paradigm", "data", "reference", "paper", "v"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for s in specs:
         t.add_row(s.name, s.paradigm, s.data, "yes" if s.needs_reference else "no", s.paper, str(s.version))
     out_console.print(t)

@@ -138,7 +138,16 @@ class RunConfig(Strict):
         return {k: (given[k] if given[k] is not None else v) for k, v in derived.items()}
 
     def run_id(self) -> str:
-        return f"{self.model.name.replace('/', '_')}-{self.method}-s{self.seed}-{content_hash(self.model_dump(), 10)}"
+        """``<scale>-<method>-s<seed>-<hash>``; the hash covers the resolved config and the loss's
+        ``version``, so a change in a loss's maths re-runs its cells."""
+        import losses
+
+        try:
+            version = losses.get(self.method).version
+        except losses.LossError:
+            version = None
+        digest = content_hash({"config": self.model_dump(), "loss_version": version}, 10)
+        return f"{self.model.name.replace('/', '_')}-{self.method}-s{self.seed}-{digest}"
 
 
 def format_validation_error(exc: ValidationError, where: str, model: type[BaseModel] = RunConfig) -> str:

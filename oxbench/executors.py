@@ -47,6 +47,7 @@ def cell_command(cfg_file: Path, out: Path, nproc: int = 1) -> list[str]:
             sys.executable,
             "-m",
             "torch.distributed.run",
+            "--standalone",
             f"--nproc_per_node={nproc}",
             "-m",
             "oxbench.cell",

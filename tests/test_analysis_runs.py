@@ -159,6 +159,31 @@ def test_load_failed(tmp_path):
     assert failed["error"].iloc[1] == "CUDA OOM" and pd.isna(failed["error"].iloc[0])
 
 
+def without(rec: dict, *keys: str) -> dict:
+    return {k: v for k, v in rec.items() if k not in keys}
+
+
+def test_unfinished_runs_need_no_paradigm_or_scale_params(tmp_path):
+    """The runner's first 'running' record and a run that failed before loading its model lack both keys."""
+    write_run(tmp_path, record("dpo", seed=0))
+    write_run(tmp_path, without(record("dpo", seed=1, status="running"), "paradigm", "scale_params"))
+    write_run(tmp_path, without(record("dpo", seed=2, status="failed"), "scale_params"))
+    assert analysis.load_runs(tmp_path)["seed"].tolist() == [0]
+    every = analysis.load_runs(tmp_path, status=None).set_index("seed")
+    assert every.loc[1, ["paradigm", "family", "online", "scale_params"]].isna().all()
+    assert every.at[2, "family"] == "preference" and pd.isna(every.at[2, "scale_params"])
+    assert analysis.load_failed(tmp_path)["seed"].tolist() == [2]
+    write_run(tmp_path, without(record("dpo", seed=3), "paradigm"))
+    with pytest.raises(ValueError, match="missing key 'paradigm'"):
+        analysis.load_runs(tmp_path)
+
+
+def test_unfinished_run_with_a_bad_scale_params_is_still_an_error(tmp_path):
+    write_run(tmp_path, record("dpo", status="running", scale_params="big"))
+    with pytest.raises(ValueError, match="'scale_params' must be int"):
+        analysis.load_runs(tmp_path, status=None)
+
+
 def outcomes(pattern: str, split: str = "test", prefix: str = "q") -> list[dict]:
     return [
         {"id": f"{prefix}{i}", "split": split, "correct": c == "1", "correct_flexible": c == "1" or i == 0}

@@ -4,62 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import cfg_for, length_parity_reward, rows_for
 
 import losses
-from oxbench.config import RunConfig
+from oxbench.config import RunConfig  # noqa: F401
 from oxbench.engine import distributed as D
 from oxbench.engine.trainer import train_offline, train_online
 from oxbench.models.loading import load_model
-from oxbench.tasks import arith
 
 BUILTINS = sorted(
     n for n, eps in losses.registry._entry_points().items() if eps[0].value.startswith("losses.")
 )
-
-
-def rows_for(kind: str, n: int = 16) -> list[dict]:
-    probs = arith.generate("train", n, seed=0, max_operand=9)
-    if kind == "sft":
-        return [{"id": p["id"], "question": p["question"], "completion": p["answer"]} for p in probs]
-    if kind == "pairs":
-        return [
-            {
-                "id": p["id"],
-                "question": p["question"],
-                "chosen": p["answer"],
-                "rejected": p["answer"].replace("####", "#### 1"),
-                "chosen_reward": 1.0,
-                "rejected_reward": 0.0,
-            }
-            for p in probs
-        ]
-    if kind == "unpaired":
-        return [
-            {
-                "id": f"{p['id']}/{lab}",
-                "question": p["question"],
-                "completion": p["answer"] if lab else p["answer"][::-1],
-                "label": lab,
-            }
-            for p in probs
-            for lab in (True, False)
-        ]
-    return probs
-
-
-def cfg_for(path: str, method: str, **train) -> RunConfig:
-    return RunConfig(
-        method=method,
-        model={"name": path},
-        train={"batch_size": 4, "lr": 1e-2, "max_steps": 3, "warmup_ratio": 0.0, **train},
-        online={"n": 4, "prompts_per_batch": 2, "steps": 3, "max_new_tokens": 12},
-        data={"max_len": 128},
-    )
-
-
-def length_parity_reward(completion: str, answer: str) -> float:
-    """A reward with variance even for an untrained model (the grader would give all zeros)."""
-    return float(len(completion) % 2)
 
 
 def train(method: str, path: str, **train_kw):

@@ -293,11 +293,16 @@ def train_online(
         model = PolicyWithValue(model)
     lm = model.lm if isinstance(model, PolicyWithValue) else model
     worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len)
-    live_ref = LiveReference(lm) if spec.needs_reference else None
+    # a KL-regularised variant (beta > 0) of a method that is reference-free by default needs one too
+    wants_ref = spec.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
+    live_ref = LiveReference(lm) if wants_ref else None
     n_updates = o.steps * o.inner_epochs
     engine = build_engine(model, cfg, n_updates)
     sampler = make_sampler(len(prompts), seed=seeds["data"], rank=rk, world_size=ws)
-    sync_every_ref = int(hparams.get("ref_model_sync_steps", 0) or 0)
+    sync_every_ref = hparams.get("ref_model_sync_steps", 0)
+    if sync_every_ref is None:  # one iteration = one pass over the prompts (SPIN)
+        sync_every_ref = max(1, math.ceil(len(prompts) / o.prompts_per_batch)) * o.inner_epochs
+    sync_every_ref = int(sync_every_ref or 0)
     mix = float(hparams.get("ref_model_mixup_alpha", 1.0))
     consumed, version = [], 0
     engine.train()

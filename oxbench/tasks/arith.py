@@ -9,8 +9,8 @@ the format of GSM8K's ``answer`` field, so the same grader scores both tasks.
   not by the seed, so no seed can put a test problem into training data.
 * Difficulty knobs: ``steps`` (operations per problem) and ``max_operand``.
 * ``variant="ood"`` is an out-of-distribution version: another story template and
-  wording ("A shelf holds ...", "are added", "are removed") and one extra step, with the
-  same arithmetic. Models are trained on ``variant="id"`` only.
+  wording ("A shelf holds ...", "are added", "are removed"), with the same arithmetic and
+  the same working format. Models are trained on ``variant="id"`` only.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def generate(
         raise ValueError(f"arith: variant must be 'id' or 'ood', got {variant!r}")
     if steps < 1 or max_operand < 2:
         raise ValueError("arith: steps must be >= 1 and max_operand >= 2")
-    actual_steps = steps + 1 if variant == "ood" else steps
+    actual_steps = steps
     story = _story_ood if variant == "ood" else _story_id
     rng = random.Random(f"arith/{variant}/{split}/{seed}/{steps}/{max_operand}")
     out, seen, attempts = [], set(), 0

@@ -1,0 +1,64 @@
+"""Train a few steps and save the flattened parameters (run by test_distributed.py, under torchrun or not).
+
+usage: dist_worker.py MODEL_DIR METHOD ZERO_STAGE BATCH GRAD_ACCUM STEPS OUT.pt
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from helpers import cfg_for, length_parity_reward, rows_for
+
+import losses
+from oxbench.engine import distributed as D
+from oxbench.engine.trainer import full_state_dict, train_offline, train_online
+from oxbench.models.loading import load_model
+
+
+def main(model_dir, method, zero, batch, accum, steps, out):
+    D.init_distributed()
+    spec = losses.get(method)
+    cfg = cfg_for(
+        model_dir,
+        method,
+        batch_size=int(batch),
+        grad_accum=int(accum),
+        max_steps=int(steps),
+        zero_stage=int(zero),
+        lr=1e-3,
+    )
+    cfg = cfg.model_copy(
+        update={"online": cfg.online.model_copy(update={"steps": int(steps), "prompts_per_batch": 4})}
+    )
+    model, tok = load_model(model_dir, cfg, init_seed=0)
+    if spec.data == "online":
+        engine, res = train_online(
+            cfg,
+            spec,
+            spec.resolve_hparams(),
+            model,
+            tok,
+            rows_for("online", 8),
+            run=method,
+            reward_fn=length_parity_reward,
+        )
+    else:
+        engine, res = train_offline(
+            cfg, spec, spec.resolve_hparams(), model, tok, rows_for(spec.data), run=method
+        )
+    state = full_state_dict(engine)
+    if D.is_main():
+        torch.save(
+            {
+                "params": {k: v for k, v in state.items()},
+                "steps": res.steps,
+                "world": D.world_size(),
+                "history": res.history,
+            },
+            out,
+        )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
