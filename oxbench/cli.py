@@ -25,7 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="oxbench: a controlled benchmark harness for LLM post-training algorithms.",
 )
-out_console = Console()
+out_console = Console(width=max(120, Console().width))
 err_console = Console(stderr=True)
 
 
@@ -49,16 +49,36 @@ def _status(cfg, out: Path) -> str:
 
 
 def _estimate_seconds(cfg) -> float:
-    """A rough CPU estimate from the model size and the amount of training (documented in --plan)."""
-    from oxbench.models.tiny import LADDER
+    """A rough CPU estimate: 15 s of start-up plus 6 x params x tokens FLOPs at 2 GFLOP/s for
+    training, and 2 x params x tokens for generation (rollouts, self-play share, evaluation).
+    Only meant to size a grid before running it; GPU runs are far faster."""
+    import re
 
-    size = {"tiny-xs": 1, "tiny-s": 2, "tiny-m": 5, "tiny-l": 12}.get(cfg.model.name, 200)
-    spec = losses.get(cfg.method)
-    if spec.data == "online" or spec.generates_own_pairs:
-        work = cfg.online.steps * cfg.online.prompts_per_batch * cfg.online.n / 40
+    from oxbench.models.tiny import LADDER, tiny_config
+
+    if cfg.model.name in LADDER:
+        c = tiny_config(cfg.model.name, 99, pad_token_id=0, eos_token_id=1)
+        params = 12 * c.num_hidden_layers * c.hidden_size**2
     else:
-        work = cfg.data.n_train * cfg.train.epochs / 40
-    return 10 + size * work * (2 if cfg.model.name in LADDER else 1)
+        m = re.search(r"(\d+(?:\.\d+)?)[bB]", cfg.model.name)
+        params = float(m.group(1)) * 1e9 if m else 1e9
+    seq = 130 if cfg.task.name == "arith" else 400
+    spec = losses.get(cfg.method)
+    o = cfg.online
+    if spec.data == "online" or spec.generates_own_pairs:
+        train_tokens = o.prompts_per_batch * o.n * o.steps * o.inner_epochs * seq
+        gen_tokens = o.prompts_per_batch * o.n * o.steps * o.max_new_tokens
+    else:
+        n = cfg.data.n_train or (7473 if cfg.task.name == "gsm8k" else 1000)
+        train_tokens = n * cfg.train.epochs * seq * (2 if spec.data in ("pairs", "unpaired") else 1)
+        gen_tokens = 0
+    e = cfg.eval
+    n_test = e.n_test or 1319
+    gen_tokens += (
+        n_test + (e.n_ood if cfg.task.name == "arith" else 0) + e.n_sampled * e.n_samples
+    ) * e.max_new_tokens
+    flops = 6 * params * train_tokens + 2 * params * gen_tokens * 20  # decoding is latency-bound: x20
+    return 15 + flops / 2e9
 
 
 def print_plan(cells, out: Path) -> dict:
@@ -87,8 +107,8 @@ def summary_table(records: list[dict], title: str) -> Table:
     for r in records:
         cells.setdefault((r.get("scale"), r.get("method")), []).append(r)
     t = Table(title=title)
-    for col in ("scale", "method", "seeds", "accuracy", "flexible", "ood", "best@k", "failed"):
-        t.add_column(col)
+    for col in ("scale", "method", "seeds", "base", "accuracy", "flexible", "ood", "best@k", "failed"):
+        t.add_column(col, no_wrap=True)
 
     def fmt(vals):
         vals = [v for v in vals if v is not None]

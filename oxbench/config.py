@@ -60,7 +60,7 @@ class TaskConfig(Strict):
 
 
 class DataConfig(Strict):
-    n_train: int = 512  # training prompts (offline methods: before dropping ties)
+    n_train: int | None = 512  # training prompts (None: the whole train split)
     max_len: int = 256
     self_play_k: int = 16  # samples per prompt for preference pairs (reference study: 16)
     self_play_temperature: float = 1.0

@@ -6,6 +6,7 @@ Works in a single process or under ``torchrun``/``deepspeed`` (every rank calls
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from pathlib import Path
@@ -21,7 +22,7 @@ from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.tasks import load_task_split
-from oxbench.utils import content_hash, write_jsonl_atomic
+from oxbench.utils import cache_root, content_hash, write_json_atomic, write_jsonl_atomic
 
 
 def _on_main_first(fn):
@@ -51,6 +52,45 @@ def shared_key(cfg: RunConfig) -> str:
     return content_hash(parts)
 
 
+def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
+    """Greedy accuracy of the untrained base model on this cell's evaluation (cached): the
+    starting point every arm of a scale shares, so each run's gain over it is visible."""
+    e = cfg.eval
+    key = content_hash(
+        {
+            "base": base_key,
+            "task": cfg.task.model_dump(),
+            "n_test": e.n_test,
+            "n_ood": e.n_ood,
+            "max_new_tokens": e.max_new_tokens,
+            "v": 1,
+        }
+    )
+    path = cache_root() / "base_eval" / f"base-{key}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    model, tok = load_model(
+        base_path,
+        cfg.model_copy(
+            update={
+                "model": cfg.model.model_copy(
+                    update={"lora": cfg.model.lora.model_copy(update={"enabled": False})}
+                )
+            }
+        ),
+        init_seed=0,
+    )
+    greedy_only = cfg.model_copy(update={"eval": e.model_copy(update={"k": 0})})
+    metrics, _ = evaluate(model, tok, greedy_only, seed=0)
+    out = {
+        "base_accuracy": metrics["accuracy"],
+        "base_accuracy_flexible": metrics["accuracy_flexible"],
+        "base_ood_accuracy": metrics["ood_accuracy"],
+    }
+    write_json_atomic(path, out)
+    return out
+
+
 def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
     """Pre-train the base model and generate the self-play data a cell needs, into the cache.
 
@@ -59,6 +99,7 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
     """
     spec = losses.get(cfg.method)
     base_path, base_key = base_model_path(cfg, verbose=verbose)
+    base_metrics(cfg, base_path, base_key)
     if needs_self_play(spec) and not spec.generates_own_pairs:
         model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
         prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
@@ -167,6 +208,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             metrics, outcomes = evaluate(eval_model, tok, cfg, seed=seeds["eval"])
             final = res.history[-1] if res.history else {}
             metrics["final_loss"] = final.get("loss")
+            metrics.update(base_metrics(cfg, base_path, base_key))
             record["metrics"] = metrics
             write_jsonl_atomic(d / "eval.jsonl", outcomes)
         record["timing"] = {

@@ -1,0 +1,98 @@
+"""Executors: every cell in its own process; local pool, Ray and submitit; kill -9 and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+
+def micro_grid(tmp_path, model_dir, seeds=(0, 1)) -> Path:
+    g = {
+        "name": "ex",
+        "base": {
+            "model": {"name": model_dir},
+            "data": {"n_train": 8, "max_new_tokens": 8},
+            "train": {"batch_size": 4, "max_steps": 1, "lr": 1e-3},
+            "eval": {"n_test": 4, "n_ood": 4, "k": 0, "max_new_tokens": 8},
+        },
+        "axes": {"method": ["sft"], "seed": list(seeds)},
+    }
+    p = tmp_path / "g.yaml"
+    p.write_text(yaml.safe_dump(g))
+    return p
+
+
+def oxbench(*args, timeout=600, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "oxbench.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def records(out: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in out.rglob("run.json")}
+
+
+@pytest.mark.parametrize(
+    "executor,extra", [("local", []), ("ray", []), ("slurm", ["--slurm-cluster", "local"])]
+)
+def test_executor_runs_every_cell(tmp_path, micro_model_dir, executor, extra):
+    out = tmp_path / "out"
+    proc = oxbench(
+        "run",
+        "--grid",
+        str(micro_grid(tmp_path, micro_model_dir)),
+        "--out",
+        str(out),
+        "--executor",
+        executor,
+        "--workers",
+        "2",
+        *extra,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    recs = records(out)
+    assert len(recs) == 2 and all(r["status"] == "finished" for r in recs.values())
+    assert {r["seed"] for r in recs.values()} == {0, 1}
+
+
+def test_kill_minus_9_then_resume_runs_only_missing_cells(tmp_path, micro_model_dir):
+    """Kill the grid (and so its cell processes) mid-way; the restart finishes only what is missing."""
+    grid = micro_grid(tmp_path, micro_model_dir, seeds=(0, 1, 2))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if any(r.get("status") == "finished" for r in records(out).values()):
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(2)  # the cell processes die with their parent (PR_SET_PDEATHSIG)
+    before = records(out)
+    finished = {k for k, r in before.items() if r["status"] == "finished"}
+    assert 1 <= len(finished) < 3
+    for k in finished:  # nothing half-written looks finished
+        assert "accuracy" in before[k]["metrics"] and (out / "ex" / k / "eval.jsonl").exists()
+    stamps = {k: (out / "ex" / k / "run.json").stat().st_mtime_ns for k in finished}
+
+    plan = oxbench("run", "--grid", str(grid), "--out", str(out), "--plan")
+    assert f"finished {len(finished)}, to run {3 - len(finished)}" in plan.stdout
+    again = oxbench("run", "--grid", str(grid), "--out", str(out))
+    assert again.returncode == 0, again.stderr[-2000:]
+    after = records(out)
+    assert len(after) == 3 and all(r["status"] == "finished" for r in after.values())
+    assert {k: (out / "ex" / k / "run.json").stat().st_mtime_ns for k in finished} == stamps  # none run twice
