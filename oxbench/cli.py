@@ -49,7 +49,7 @@ def _status(cfg, out: Path) -> str:
 
 
 def _estimate_seconds(cfg) -> float:
-    """A rough CPU estimate: 15 s of start-up plus 6 x params x tokens FLOPs at 2 GFLOP/s for
+    """A rough CPU estimate: 10 s of start-up plus 6 x params x tokens FLOPs at 30 GFLOP/s for
     training, and 2 x params x tokens for generation (rollouts, self-play share, evaluation).
     Only meant to size a grid before running it; GPU runs are far faster."""
     import re
@@ -78,7 +78,7 @@ def _estimate_seconds(cfg) -> float:
         n_test + (e.n_ood if cfg.task.name == "arith" else 0) + e.n_sampled * e.n_samples
     ) * e.max_new_tokens
     flops = 6 * params * train_tokens + 2 * params * gen_tokens * 20  # decoding is latency-bound: x20
-    return 15 + flops / 2e9
+    return 10 + flops / 3e10
 
 
 def print_plan(cells, out: Path) -> dict:
