@@ -125,6 +125,7 @@ def summary_table(records: list[dict], title: str) -> Table:
             str(scale),
             str(method),
             str(len(ok)),
+            fmt([x.get("base_accuracy") for x in m]),
             fmt([x.get("accuracy") for x in m]),
             fmt([x.get("accuracy_flexible") for x in m]),
             fmt([x.get("ood_accuracy") for x in m]),
