@@ -127,8 +127,13 @@ def prepare_local(cells: list[RunConfig], out: Path, *, workers: int = 1) -> lis
     return errors
 
 
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 def _child_env(workers: int) -> dict:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    """Each cell is its own distributed world: never inherit the parent's rank or port."""
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
+    env["PYTHONUNBUFFERED"] = "1"
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     return env
