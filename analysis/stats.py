@@ -144,7 +144,8 @@ def welch_vs_baseline(
     One row per (group, method != baseline) with the columns of :func:`welch` plus ``p_adj``
     (``correction`` applied within the group, over the methods compared there; see
     :func:`adjust_pvalues`) and ``significant`` (``p_adj < alpha``). Groups without the baseline
-    are skipped. Rows are ordered by group, then by ``delta`` descending.
+    are skipped. Rows are ordered by group, then by ``delta`` descending. A comparison whose two
+    arms both have zero variance (Welch df undefined) is never ``significant``, whatever its p.
     """
     cols = _cols(by)
     _require(df, [*cols, "method", metric])
@@ -159,7 +160,12 @@ def welch_vs_baseline(
         group = [{"method": m, **welch(a, base, alpha)} for m, a in sorted(arms.items())]
         adjusted = adjust_pvalues([r["p"] for r in group], correction)
         for row, p_adj in zip(group, adjusted):
-            row.update({c: k for c, k in zip(cols, key)}, p_adj=p_adj, significant=bool(p_adj < alpha))
+            # zero variance in both arms (e.g. two seeds landing on the same accuracy) gives p = 0 but
+            # no evidence: such a comparison is never reported as significant
+            testable = math.isfinite(row["df"])
+            row.update(
+                {c: k for c, k in zip(cols, key)}, p_adj=p_adj, significant=bool(testable and p_adj < alpha)
+            )
         rows += sorted(group, key=lambda r: -r["delta"])
     return pd.DataFrame(rows, columns=[*cols, *WELCH_COLUMNS])
 

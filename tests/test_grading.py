@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from lm_eval.api.metrics import exact_match_hf_evaluate
@@ -18,9 +17,9 @@ from oxbench.tasks.grading import (
     reference_answer,
     same_number,
 )
-from oxbench.tasks.gsm8k import load_gsm8k
+from oxbench.tasks.gsm8k import default_gsm8k_dir, load_gsm8k
 
-GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
+GSM8K_DIR = default_gsm8k_dir()
 needs_gsm8k = pytest.mark.skipif(not GSM8K_DIR.is_dir(), reason=f"GSM8K data not at {GSM8K_DIR}")
 
 # lm-eval's gsm8k task (lm_eval/tasks/gsm8k/gsm8k.yaml, version 3.0), copied verbatim.

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from oxbench.tasks.errors import TaskError, TaskFileNotFoundError
-from oxbench.tasks.gsm8k import load_gsm8k
+from oxbench.tasks.gsm8k import default_gsm8k_dir, load_gsm8k
 
-GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
+GSM8K_DIR = default_gsm8k_dir()
 needs_gsm8k = pytest.mark.skipif(not GSM8K_DIR.is_dir(), reason=f"GSM8K data not at {GSM8K_DIR}")
 
 FIRST_TEST_QUESTION = (

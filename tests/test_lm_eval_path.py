@@ -25,9 +25,10 @@ from oxbench.eval.lm_eval_path import (
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.tasks.errors import TaskFileNotFoundError
 from oxbench.tasks.grading import is_correct
+from oxbench.tasks.gsm8k import default_gsm8k_dir
 
 TASK = "oxbench_gsm8k_local"
-GSM8K_TEST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+GSM8K_TEST = default_gsm8k_dir() / "test.jsonl"
 needs_gsm8k = pytest.mark.skipif(not GSM8K_TEST.is_file(), reason=f"GSM8K data not at {GSM8K_TEST}")
 FILTER_MODES = {"strict-match": "strict", "flexible-extract": "flexible"}
 LM_EVAL_GSM8K_YAML = Path(lm_eval.tasks.__file__).parent / "gsm8k" / "gsm8k.yaml"
@@ -128,7 +129,11 @@ def test_resolve_order(tmp_path, monkeypatch):
     assert resolve_gsm8k_file(mine) == mine
     assert resolve_gsm8k_file() == env
     monkeypatch.delenv(lm_eval_path.GSM8K_FILE_ENV)
-    assert resolve_gsm8k_file() == lm_eval_path.DEFAULT_GSM8K_FILE
+    if lm_eval_path.DEFAULT_GSM8K_FILE.exists():
+        assert resolve_gsm8k_file() == lm_eval_path.DEFAULT_GSM8K_FILE
+    else:
+        with pytest.raises(FileNotFoundError, match="test.jsonl"):
+            resolve_gsm8k_file()
 
 
 def test_resolve_missing_names_path_and_remedy(tmp_path, monkeypatch):

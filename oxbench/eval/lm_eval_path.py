@@ -30,11 +30,11 @@ from typing import Any
 import datasets
 
 from oxbench.tasks.errors import TaskFileNotFoundError
-from oxbench.tasks.gsm8k import load_gsm8k
+from oxbench.tasks.gsm8k import default_gsm8k_dir, load_gsm8k
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
 GSM8K_FILE_ENV = "OXBENCH_GSM8K_FILE"
-DEFAULT_GSM8K_FILE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+DEFAULT_GSM8K_FILE = default_gsm8k_dir() / "test.jsonl"
 
 
 def resolve_gsm8k_file(data_file: str | os.PathLike | None = None) -> Path:

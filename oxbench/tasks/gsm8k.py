@@ -35,6 +35,14 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 Located = tuple[str, object]
 
 
+def default_gsm8k_dir() -> Path:
+    """``$OXBENCH_GSM8K_DIR``, else ``<repo>/../shared/data/gsm8k`` (where the project keeps real GSM8K)."""
+    import os
+
+    env = os.environ.get("OXBENCH_GSM8K_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
+
+
 def load_gsm8k(source: str, split: str | None = None, limit: int | None = None) -> list[dict]:
     """Problems from ``source`` (file, directory or Hub id), first ``limit`` only if given."""
     if limit is not None and limit < 0:
