@@ -98,4 +98,5 @@ def load_model(path: str, cfg: RunConfig, *, init_seed: int):
 
 
 def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())
+    """Parameters of the model itself: LoRA adapters are not counted, so a scale has one size."""
+    return sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
