@@ -37,6 +37,11 @@ def token_logps(model, batch: dict[str, torch.Tensor], *, return_logits: bool = 
     Token log-probs are zero where the mask is zero.
     """
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    return logps_from_output(out, batch, return_logits=return_logits)
+
+
+def logps_from_output(out, batch: dict[str, torch.Tensor], *, return_logits: bool = False):
+    """:func:`token_logps` from a forward output already computed (e.g. one that also carries values)."""
     logits = out["logits"][:, :-1].float()
     targets = batch["input_ids"][:, 1:]
     mask = batch["response_mask"][:, 1:]

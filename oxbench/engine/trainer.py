@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from losses import LossInputs, LossSpec
 from oxbench.config import RunConfig
-from oxbench.data.batching import collate
+from oxbench.data.batching import collate, logps_from_output
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
@@ -369,12 +369,7 @@ def train_online(
 def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: int) -> LossInputs:
     batch = collate(worker.encode(part), pad_id)
     out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    logits = out["logits"][:, :-1].float()
-    mask = batch["response_mask"][:, 1:]
-    logp = (
-        torch.gather(torch.log_softmax(logits, -1), 2, batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
-        * mask
-    )
+    logp, mask = logps_from_output(out, batch)
     inp = LossInputs(
         token_logps=logp,
         mask=mask,
