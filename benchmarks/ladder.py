@@ -31,9 +31,12 @@ def main() -> None:
         info = read_info(path)
         model, _ = load_model(path, cfg, init_seed=0)
         m = base_metrics(cfg, path, key)
-        print(f"| {scale} | {count_parameters(model):,} | {info['seconds']:.0f} s | {info['final_loss']:.3f} | "
-              f"{100 * m['base_accuracy']:.1f}% | {100 * m['base_accuracy_flexible']:.1f}% | "
-              f"{100 * m['base_ood_accuracy']:.1f}% |", flush=True)
+        print(
+            f"| {scale} | {count_parameters(model):,} | {info['seconds']:.0f} s | {info['final_loss']:.3f} | "
+            f"{100 * m['base_accuracy']:.1f}% | {100 * m['base_accuracy_flexible']:.1f}% | "
+            f"{100 * m['base_ood_accuracy']:.1f}% |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
