@@ -204,12 +204,18 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
             bar.advance(task)
 
         if executor == "local":
-            prep = bar.add_task("shared data (pre-training, self-play)", total=None)
-            errors = executors.prepare_local(todo, out, workers=workers)
-            bar.remove_task(prep)
-            for e in errors:  # the cells that need it will fail with the full error; keep going
-                bar.console.print(f"[yellow]warning[/yellow] {e}", highlight=False)
-            return executors.run_local(todo, out, workers=workers, nproc=nproc, on_done=on_done)
+
+            def on_prepared(cfg, seconds, err):
+                from oxbench.runner import shared_label
+
+                if err:  # the cells that need it fail with the full error; keep going
+                    bar.console.print(f"[yellow]warning[/yellow] {err}", highlight=False)
+                else:
+                    bar.console.print(f"prepared {shared_label(cfg)} in {seconds:.0f} s", highlight=False)
+
+            return executors.run_local(
+                todo, out, workers=workers, nproc=nproc, on_done=on_done, on_prepared=on_prepared
+            )
         if executor == "ray":
             return executors.run_ray(
                 todo, out, workers=workers, nproc=nproc, address=ray_address, on_done=on_done

@@ -15,8 +15,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from oxbench.config import RunConfig
@@ -90,41 +91,38 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
     return rec
 
 
-def prepare_local(cells: list[RunConfig], out: Path, *, workers: int = 1) -> list[str]:
-    """Run the shared preparation (pre-training, self-play) once per distinct key; returns errors."""
+def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | None]:
+    """Pre-train / generate what one shared key needs, in a child process; (seconds, error)."""
+    cfg_file = _config_file(c, Path(out) / ".prepare")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "oxbench.cell", "--prepare", str(cfg_file)],
+            capture_output=True,
+            text=True,
+            preexec_fn=_die_with_parent,
+            env=_child_env(workers),
+        )
+    finally:
+        cfg_file.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return time.monotonic() - t0, f"preparing {c.model.name} for {c.method}: {last}"
+    return time.monotonic() - t0, None
+
+
+def _shared_groups(cells: list[RunConfig]) -> dict[str, list[RunConfig]]:
+    """One representative cell per distinct shared key, grouped by base model (file order): a
+    group's keys run in order (pre-training, then the self-play data that needs it)."""
     from oxbench.runner import shared_key
 
     reps: dict[str, RunConfig] = {}
     for c in cells:
         reps.setdefault(shared_key(c), c)
-    # pre-training first (one per scale), then the self-play data that needs it
-    by_scale: dict[str, list[RunConfig]] = {}
+    groups: dict[str, list[RunConfig]] = {}
     for c in reps.values():
-        by_scale.setdefault(c.model.name, []).append(c)
-    errors = []
-
-    def prep(c: RunConfig) -> str | None:
-        d = Path(out) / ".prepare"
-        cfg_file = _config_file(c, d)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "oxbench.cell", "--prepare", str(cfg_file)],
-                capture_output=True,
-                text=True,
-                preexec_fn=_die_with_parent,
-                env=_child_env(workers),
-            )
-        finally:
-            cfg_file.unlink(missing_ok=True)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            return f"preparing {c.model.name} for {c.method}: {last}"
-        return None
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for err in pool.map(lambda group: [prep(c) for c in group], by_scale.values()):
-            errors += [e for e in err if e]
-    return errors
+        groups.setdefault(c.model.name, []).append(c)
+    return groups
 
 
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -146,19 +144,47 @@ def run_local(
     workers: int = 1,
     nproc: int = 1,
     on_done: Callable[[RunConfig, dict], None] | None = None,
+    on_prepared: Callable[[RunConfig, float, str | None], None] | None = None,
 ) -> list[dict]:
+    """A pool of ``workers`` slots. Each base model's shared preparation runs once, in a slot of
+    its own, and that model's cells join the queue as soon as it is done, so the small scales
+    train while the largest is still pre-training. A failed preparation is reported through
+    ``on_prepared``; its cells still run and fail with the full error in their records."""
+    groups = _shared_groups(cells)
+    by_model: dict[str, list[RunConfig]] = {}
+    for c in cells:
+        by_model.setdefault(c.model.name, []).append(c)
+
+    def prepare(group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
+        done = []
+        for c in group:
+            secs, err = _prepare_one(c, out, workers)
+            done.append((c, secs, err))
+        return done
+
     results = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {pool.submit(run_subprocess, c, out, nproc, workers): c for c in cells}
-        for fut in as_completed(futures):
-            rec = fut.result()
-            results.append(rec)
-            if on_done:
-                on_done(futures[fut], rec)
+        pending = {pool.submit(prepare, g): ("prepare", m) for m, g in groups.items()}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                kind, item = pending.pop(fut)
+                if kind == "prepare":
+                    for c, secs, err in fut.result():
+                        if on_prepared:
+                            on_prepared(c, secs, err)
+                    for c in by_model[item]:
+                        pending[pool.submit(run_subprocess, c, out, nproc, workers)] = ("cell", c)
+                    continue
+                rec = fut.result()
+                results.append(rec)
+                if on_done:
+                    on_done(item, rec)
     return results
 
 
-def _ray_cell(cfg_dict: dict, out: str, nproc: int) -> dict:
+def _remote_cell(cfg_dict: dict, out: str, nproc: int) -> dict:
+    """The cell entry a Ray task or a Slurm job runs: plain arguments in, the run record out."""
     return run_subprocess(RunConfig(**cfg_dict), Path(out), nproc)
 
 
@@ -179,7 +205,7 @@ def run_ray(
     if started_here:
         kwargs = {"address": address} if address else {"num_cpus": max(1, workers) * cpus_per_cell}
         ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
-    task = ray.remote(num_cpus=cpus_per_cell, num_gpus=gpus_per_cell, max_retries=0)(_ray_cell)
+    task = ray.remote(num_cpus=cpus_per_cell, num_gpus=gpus_per_cell, max_retries=0)(_remote_cell)
     refs = {task.remote(c.model_dump(), str(Path(out).resolve()), nproc): c for c in cells}
     results = []
     pending = list(refs)
@@ -221,7 +247,7 @@ def run_slurm(
     folder = folder or str(Path(out) / ".submitit")
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
     ex.update_parameters(timeout_min=(slurm_kwargs or {}).pop("timeout_min", 240), **(slurm_kwargs or {}))
-    jobs = [(c, ex.submit(_ray_cell, c.model_dump(), str(Path(out).resolve()), nproc)) for c in cells]
+    jobs = [(c, ex.submit(_remote_cell, c.model_dump(), str(Path(out).resolve()), nproc)) for c in cells]
     results = []
     for c, job in jobs:
         try:

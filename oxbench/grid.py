@@ -99,16 +99,21 @@ def _coerce(path: str, value):
     return value
 
 
-def load_grid(path: str | Path) -> GridFile:
-    path = Path(path)
+def _read_yaml(path: Path, what: str):
+    """Parse a YAML (or JSON) file; a missing file or a syntax error is one line naming the file."""
     if not path.exists():
-        raise GridError(f"{path}: grid file not found")
+        raise GridError(f"{path}: {what} not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""
         raise GridError(f"{path}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+
+
+def load_grid(path: str | Path) -> GridFile:
+    path = Path(path)
+    raw = _read_yaml(path, "grid file")
     if not isinstance(raw, dict):
         raise GridError(f"{path}: a grid must be a mapping with name/base/axes")
     try:
@@ -176,12 +181,9 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
 def load_run_config(path: str | Path) -> RunConfig:
     """A single-cell YAML or JSON file (a RunConfig)."""
     path = Path(path)
-    if not path.exists():
-        raise GridError(f"{path}: config file not found")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise GridError(f"{path}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    raw = _read_yaml(path, "config file") or {}
+    if not isinstance(raw, dict):
+        raise GridError(f"{path}: a run config must be a mapping of sections (model, task, train, ...)")
     try:
         cfg = RunConfig(**raw)
     except ValidationError as exc:

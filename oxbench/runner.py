@@ -52,6 +52,14 @@ def shared_key(cfg: RunConfig) -> str:
     return content_hash(parts)
 
 
+def shared_label(cfg: RunConfig) -> str:
+    """What :func:`shared_key` stands for, in words, for progress lines."""
+    spec = losses.get(cfg.method)
+    if needs_self_play(spec) and not spec.generates_own_pairs:
+        return f"{cfg.model.name}: base model + self-play data (sampling seed {cfg.seeds()['sampling']})"
+    return f"{cfg.model.name}: base model"
+
+
 def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
     """Greedy accuracy of the untrained base model on this cell's evaluation (cached): the
     starting point every arm of a scale shares, so each run's gain over it is visible."""

@@ -88,6 +88,17 @@ def test_malformed_yaml(tmp_path):
     one_line_error(runner.invoke(app, ["run", "--grid", str(g), "--plan"]), "g.yaml", "malformed YAML")
 
 
+def test_malformed_run_config(tmp_path):
+    """--config shares the grid loader's YAML reader: a syntax error names the file and line."""
+    cfg = write(tmp_path, "c.yaml", "method: sft\nmodel: {name: tiny-xs\n")
+    one_line_error(runner.invoke(app, ["run", "--config", str(cfg)]), "c.yaml", "malformed YAML", "line")
+
+
+def test_run_config_that_is_not_a_mapping(tmp_path):
+    cfg = write(tmp_path, "c.yaml", "- sft\n- dpo\n")
+    one_line_error(runner.invoke(app, ["run", "--config", str(cfg)]), "c.yaml", "must be a mapping")
+
+
 def test_missing_grid_file(tmp_path):
     one_line_error(
         runner.invoke(app, ["run", "--grid", str(tmp_path / "nope.yaml")]), "nope.yaml", "not found"

@@ -63,6 +63,9 @@ def test_executor_runs_every_cell(tmp_path, micro_model_dir, executor, extra):
     recs = records(out)
     assert len(recs) == 2 and all(r["status"] == "finished" for r in recs.values())
     assert {r["seed"] for r in recs.values()} == {0, 1}
+    if executor == "local":  # the shared preparation reports itself before the cells start
+        said = proc.stdout + proc.stderr
+        assert "prepared" in said and ": base model in" in said, said[-2000:]
 
 
 def test_kill_minus_9_then_resume_runs_only_missing_cells(tmp_path, micro_model_dir):
@@ -96,3 +99,42 @@ def test_kill_minus_9_then_resume_runs_only_missing_cells(tmp_path, micro_model_
     after = records(out)
     assert len(after) == 3 and all(r["status"] == "finished" for r in after.values())
     assert {k: (out / "ex" / k / "run.json").stat().st_mtime_ns for k in finished} == stamps  # none run twice
+
+
+def test_small_scales_run_while_a_large_one_is_still_preparing(tmp_path, monkeypatch):
+    """The local pool pipelines: a model's cells start as soon as *its* preparation is done.
+
+    With 2 slots, the large model's preparation blocks until one of the small model's cells has
+    run; if cells waited for every preparation to finish (as the first version did), the small
+    cell could never start and the event would time out.
+    """
+    import threading
+
+    from oxbench import executors
+    from oxbench.config import RunConfig
+
+    small_cell_ran = threading.Event()
+    order = []
+
+    def fake_prepare(c, out, workers):
+        if c.model.name == "big":
+            assert small_cell_ran.wait(timeout=20), "small cells waited for the big preparation"
+        order.append(f"prepared {c.model.name}")
+        return 0.0, None
+
+    def fake_cell(c, out, nproc, workers):
+        order.append(f"ran {c.model.name}/{c.seed}")
+        if c.model.name == "small":
+            small_cell_ran.set()
+        return {"run_id": c.run_id(), "status": "finished"}
+
+    monkeypatch.setattr(executors, "_prepare_one", fake_prepare)
+    monkeypatch.setattr(executors, "run_subprocess", fake_cell)
+    cells = [RunConfig(method="sft", seed=s, model={"name": m}) for m in ("big", "small") for s in (0, 1)]
+    prepared = []
+    recs = executors.run_local(
+        cells, tmp_path, workers=2, on_prepared=lambda c, secs, err: prepared.append(c.model.name)
+    )
+    assert len(recs) == 4 and sorted(prepared) == ["big", "small"]
+    assert order.index("ran small/0") < order.index("prepared big")
+    assert order.index("prepared big") < order.index("ran big/0")

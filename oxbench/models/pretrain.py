@@ -1,9 +1,15 @@
 """``pretrain``: train a tiny model from scratch on gold solutions to make the "instruct" base.
 
 Deterministic (fixed seeds, single data order) and cached by a content hash of its
-config and :data:`PRETRAIN_VERSION`, so a grid pre-trains each scale once and every run
-of that scale starts from byte-identical weights. Plain PyTorch: this is a set-up stage,
-not an arm of the benchmark.
+config, :data:`PRETRAIN_VERSION` and the number of CPU threads, so a grid pre-trains each
+scale once and every run of that scale starts from byte-identical weights. Plain PyTorch:
+this is a set-up stage, not an arm of the benchmark.
+
+Why the thread count is in the key: a CPU matmul splits its reductions by thread, so the
+same config trained with 1 and with 2 threads rounds differently, and 500 steps amplify
+that into a different model (measured: tiny-m 26.7% vs 33.3% base accuracy). Without it
+in the key, two such models would share one cache entry and the self-play data built on
+it. ``oxbench run --workers N`` gives each process ``cores // N`` threads.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ class PretrainConfig(BaseModel):
     task: dict = {"name": "arith", "steps": 2, "max_operand": 30}
 
     def key(self) -> str:
-        return content_hash({"version": PRETRAIN_VERSION, **self.model_dump()})
+        """Content hash of the config, the code version and this process's CPU thread count."""
+        threads = torch.get_num_threads()
+        return content_hash({"version": PRETRAIN_VERSION, "threads": threads, **self.model_dump()})
 
 
 def pretrain_dir(cfg: PretrainConfig) -> Path:
@@ -86,6 +94,8 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
         "final_loss": sum(losses[-20:]) / 20,
         "seconds": round(time.time() - start, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
     }
     write_json_atomic(tmp / "pretrain.json", info)
     if out.exists():  # another process finished first: keep theirs

@@ -474,3 +474,24 @@ def test_spec_capabilities(name):
         assert meta["needs_reference"]
     kwonly = set(spec.fn.__code__.co_varnames[1 : 1 + spec.fn.__code__.co_kwonlyargcount])
     assert kwonly == set(spec.defaults)
+
+
+def test_on_policy_sgrpo_and_cispo_have_the_same_gradient():
+    """With one update per batch of rollouts (``inner_epochs=1, sync_every=1``) every ratio is 1:
+    sgrpo's ``-min(r·A, clip(r)·A)`` has gradient ``-A·∇log π`` per token, and CISPO's
+    ``-sg(min(r, ε_max))·A·log π`` has gradient ``-1·A·∇log π``; both take the token mean over
+    the batch. So the two differ only in the std epsilon of ``A`` (1e-8 vs 1e-4), although their
+    loss *values* differ. This is why the oxrl_core study (fully on-policy) gives SGRPO and CISPO
+    identical accuracies; they come apart only off-policy (tested below with a log-ratio).
+    """
+    logps = [[-0.5, -1.0, -0.2], [-0.3, -0.7, 0.0], [-1.2, -0.1, -0.4], [-0.6, 0.0, 0.0]]
+    rewards = [1.0, 0.0, 1.0, 1.0]
+    gids = [0, 0, 1, 1]
+    a, b = rollouts(logps, rewards, gids), rollouts(logps, rewards, gids)
+    out_s, out_c = run("sgrpo", a), run("cispo", b)
+    assert not torch.isclose(out_s.loss, out_c.loss)
+    torch.testing.assert_close(grad(out_s, a), grad(out_c, b), rtol=1e-3, atol=1e-6)
+    # off-policy (ratios far from 1) sgrpo clips tokens CISPO keeps: the gradients differ
+    lr = [[0.6, -0.6, 0.5], [0.4, -0.5, 0.0], [-0.7, 0.6, 0.3], [0.5, 0.0, 0.0]]
+    a, b = rollouts(logps, rewards, gids, log_ratio=lr), rollouts(logps, rewards, gids, log_ratio=lr)
+    assert not torch.allclose(grad(run("sgrpo", a), a), grad(run("cispo", b), b), rtol=1e-2)

@@ -1,0 +1,55 @@
+"""Print the headline statistics of a study from its run records only (the numbers quoted in
+results/README.md): per-cell means, Welch vs DPO with Bonferroni per scale, the leverage
+hierarchy, rank inversions between consecutive scales, paired tests on shared problems, and
+the in- vs out-of-distribution spread.
+
+    python benchmarks/study_summary.py results/oxrl_core [--baseline dpo]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+import analysis
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", help="a grid's results directory, e.g. results/oxrl_core")
+    ap.add_argument("--baseline", default="dpo")
+    args = ap.parse_args()
+    pd.set_option("display.width", 200, "display.max_columns", 30, "display.max_rows", 200)
+
+    df = analysis.load_runs(args.results)
+    failed = analysis.load_failed(args.results)
+    print(f"{len(df)} finished runs, {len(failed)} failed")
+
+    s = analysis.summarize(df, "accuracy")
+    s = s.assign(mean=100 * s["mean"], std=100 * s["std"])
+    table = s.pivot(index="method", columns="scale", values="mean")
+    table = table[[c for c in analysis.scale_order(df) if c in table]]
+    print("\nmean accuracy (%) by method x scale\n", table.round(1))
+    if "base_accuracy" in df:
+        print("\nbase accuracy (%)\n", (100 * df.groupby("scale")["base_accuracy"].first()).round(1))
+
+    w = analysis.welch_vs_baseline(df, baseline=args.baseline, correction="bonferroni")
+    cols = ["scale", "method", "delta", "p", "p_adj", "significant", "hedges_g"]
+    print(f"\nWelch vs {args.baseline}, Bonferroni within each scale\n", w[cols].round(4))
+
+    print("\nleverage\n", analysis.leverage(df, "accuracy").round(4))
+    ri = analysis.rank_inversions(df, "accuracy")
+    print("\nrank inversions\n", ri.drop(columns=["flips"]).round(3))
+    for _, r in ri.iterrows():
+        print(f"  {r['scale_from']} -> {r['scale_to']}: {len(r['flips'])} flips")
+    if "ood_accuracy" in df:
+        print("\nID vs OOD spread\n", analysis.task_leverage(df).round(4))
+    outcomes = analysis.load_problem_outcomes(args.results)
+    if len(outcomes):
+        pv = analysis.paired_vs_baseline(outcomes, df, baseline=args.baseline)
+        print(f"\npaired (McNemar / bootstrap over problems) vs {args.baseline}\n", pv.round(4))
+
+
+if __name__ == "__main__":
+    main()
