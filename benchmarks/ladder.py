@@ -3,9 +3,8 @@
     python benchmarks/ladder.py [--recipe recipes/quickstart.yaml] [--scales tiny-xs tiny-s tiny-m tiny-l]
 
 Uses (and fills) the same cache as the grids, so a rung pre-trained here is not pre-trained again.
-Prints a markdown table: parameters, pre-training seconds (and the CPU threads it ran on, which
-are part of the cache key: ``OMP_NUM_THREADS=1`` reproduces a ``--workers 2`` grid's bases on a
-2-core machine), final loss, base greedy accuracy (strict), flexible and out-of-distribution.
+Prints a markdown table: parameters, pre-training seconds (and the CPU threads it ran on),
+final loss, base greedy accuracy (strict), flexible and out-of-distribution.
 """
 
 from __future__ import annotations

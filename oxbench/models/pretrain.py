@@ -1,15 +1,19 @@
 """``pretrain``: train a tiny model from scratch on gold solutions to make the "instruct" base.
 
 Deterministic (fixed seeds, single data order) and cached by a content hash of its
-config, :data:`PRETRAIN_VERSION` and the number of CPU threads, so a grid pre-trains each
-scale once and every run of that scale starts from byte-identical weights. Plain PyTorch:
-this is a set-up stage, not an arm of the benchmark.
+config and :data:`PRETRAIN_VERSION`, so a grid pre-trains each scale once and every run
+of that scale starts from byte-identical weights. Plain PyTorch: this is a set-up stage,
+not an arm of the benchmark.
 
-Why the thread count is in the key: a CPU matmul splits its reductions by thread, so the
-same config trained with 1 and with 2 threads rounds differently, and 500 steps amplify
-that into a different model (measured: tiny-m 26.7% vs 33.3% base accuracy). Without it
-in the key, two such models would share one cache entry and the self-play data built on
-it. ``oxbench run --workers N`` gives each process ``cores // N`` threads.
+Reproducibility, measured: on one machine the weights are bitwise identical across processes
+and across 1 and 2 CPU threads (tiny-xs, sha256 of all tensors). Across machines they are
+not guaranteed: this session's 2-core AMD EPYC trained other bases from the same config and
+package versions than an earlier session's machine did (base accuracy tiny-xs 7.7% vs 10.7%,
+tiny-m 33.3% vs 26.7%). The cause is not established: the CPU kernels may differ between
+machines, or the earlier bases came from an uncommitted code state (the quickstart records
+say ``59c5eb3+dirty``). ``pretrain.json`` therefore
+records the torch version, its CPU capability and the thread count, and every grid's arms
+share one cached base, so comparisons within a grid are unaffected.
 """
 
 from __future__ import annotations
@@ -46,9 +50,7 @@ class PretrainConfig(BaseModel):
     task: dict = {"name": "arith", "steps": 2, "max_operand": 30}
 
     def key(self) -> str:
-        """Content hash of the config, the code version and this process's CPU thread count."""
-        threads = torch.get_num_threads()
-        return content_hash({"version": PRETRAIN_VERSION, "threads": threads, **self.model_dump()})
+        return content_hash({"version": PRETRAIN_VERSION, **self.model_dump()})
 
 
 def pretrain_dir(cfg: PretrainConfig) -> Path:
@@ -96,6 +98,7 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
         "parameters": sum(p.numel() for p in model.parameters()),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     write_json_atomic(tmp / "pretrain.json", info)
     if out.exists():  # another process finished first: keep theirs
