@@ -47,7 +47,12 @@ def alpha_reward(mean_logp: Tensor, alpha: float) -> Tensor:
 
 
 def alphapo_loss(
-    inputs: LossInputs, *, alpha: float, beta: float, simpo_gamma: float, label_smoothing: float = 0.0
+    inputs: LossInputs,
+    *,
+    alpha: float = 0.25,
+    beta: float = 2.5,
+    simpo_gamma: float = 0.1,
+    label_smoothing: float = 0.0,
 ) -> LossOutput:
     inputs.require("alphapo", "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen, rejected = (alpha_reward(m, alpha) for m in mean_logps(inputs))

@@ -45,7 +45,7 @@ def sorted_logistic(upper: Tensor, lower: Tensor, beta: float, label_smoothing: 
     return -(1 - label_smoothing) * F.logsigmoid(beta * delta) - label_smoothing * F.logsigmoid(-beta * delta)
 
 
-def aot_loss(inputs: LossInputs, *, beta: float, label_smoothing: float) -> LossOutput:
+def aot_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
     inputs.require("aot", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     policy_margin = inputs.chosen_logps - inputs.rejected_logps
     ref_margin = inputs.ref_chosen_logps - inputs.ref_rejected_logps

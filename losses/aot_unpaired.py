@@ -29,7 +29,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def aot_unpaired_loss(inputs: LossInputs, *, beta: float, label_smoothing: float) -> LossOutput:
+def aot_unpaired_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
     inputs.require("aot_unpaired", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = sorted_logistic(chosen, rejected, beta, label_smoothing)

@@ -27,7 +27,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def apo_zero_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def apo_zero_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require("apo_zero", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     r_w, r_l = beta * chosen, beta * rejected

@@ -51,7 +51,7 @@ def reward_shift_delta(r_w: torch.Tensor, r_l: torch.Tensor, reward_shift: str) 
     return torch.cat([r_w, r_l]).detach().mean()
 
 
-def bco_loss(inputs: LossInputs, *, beta: float, reward_shift: str) -> LossOutput:
+def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "batch") -> LossOutput:
     inputs.require("bco", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     r_w, r_l = beta * chosen, beta * rejected

@@ -60,7 +60,7 @@ def batch_beta(gap: Tensor, kept: Tensor, *, beta: float, alpha: float) -> Tenso
 
 
 def betadpo_loss(
-    inputs: LossInputs, *, beta: float, alpha: float, filter_ratio: float, seed: int
+    inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.6, filter_ratio: float = 0.2, seed: int = 0
 ) -> LossOutput:
     inputs.require("betadpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)

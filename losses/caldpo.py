@@ -1,25 +1,38 @@
 r"""Cal-DPO: calibrated DPO (Xiao et al., 2024).
 
-Paper: arXiv:2412.14516 (the Cal-DPO objective); official code Cal-DPO/Cal-DPO (``shift=0.5``).
+Paper: arXiv:2412.14516 (the Cal-DPO objective); authors' code tengxiao1/Cal-DPO,
+``scripts/dpo_trainer.py`` (``loss_type="Cal-DPO"``).
 
 With the log-ratios ``h_w = log π_θ/π_ref(y_w)`` and ``h_l = log π_θ/π_ref(y_l)``:
 
 .. math::
 
     \mathcal{L}_{Cal\text{-}DPO} = \mathbb{E}\Big[-\log\sigma(h_w - h_l)
-        + \big(h_w - \tfrac{1}{2\beta}\big)^2 + \big(h_l + \tfrac{1}{2\beta}\big)^2\Big]
+        + \tfrac{1}{2}\Big(\big(h_w - \tfrac{1}{2\beta}\big)^2 + \big(h_l + \tfrac{1}{2\beta}\big)^2\Big)\Big]
 
 The Bradley-Terry term has no β; β enters only through the calibration targets ``±1/(2β)``,
 which pin the implicit rewards ``β·h`` to ``±1/2`` on an absolute scale, so the chosen
 log-ratio is pushed up instead of drifting down together with the rejected one.
 
+The weight ½ on the calibration term is the authors' code: ``DPO_loss + 0.5*Cal_loss`` with
+``Cal_loss = mse(h_w, 1/(2β)) + mse(h_l, −1/(2β))`` (each ``mse`` a mean over the batch, so the
+total is the batch mean of the bracket above). Version 1 used weight 1; version 2 uses ½.
+
+Defaults: β = 1e-3, the authors' released run script (``run/beta001_sametokenize.sh``,
+``loss_type=Cal-DPO beta=0.001``, Zephyr-7B on UltraFeedback); the paper searches
+β ∈ {1e-3, 2e-3, 3e-3, 1e-2, 1e-1} and the base config the script overrides
+(``zephyr-selm/dpo_config_full.yaml``) has β = 0.002. With β = 1e-3 the targets are ±500 nats,
+far beyond any summed log-ratio a short answer reaches, so the calibration term acts as a
+steady push up on the chosen and down on the rejected response. Version 2 (β was 0.1, the
+TRL-generic value, in version 1).
+
 Inputs: the four summed log-probs (B,). Reduction: mean over pairs.
 
 Deviation from the reference study (oxRL): oxRL adds a weight ``caldpo_lambda`` on the
-calibration term; the paper and its code have none (weight 1), so neither do we.
-TRL has no Cal-DPO.
+calibration term; we use the authors' fixed ½. TRL has no Cal-DPO.
 
-Metrics: implicit rewards ``β·h`` (detached), accuracy, margin, and the two loss terms.
+Metrics: implicit rewards ``β·h`` (detached), accuracy, margin, and the two loss terms
+(``caldpo/cal_loss`` is the unweighted sum of squares, before the ½).
 """
 
 from __future__ import annotations
@@ -30,8 +43,10 @@ from losses._common import pair_logratios, reward_metrics
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
+CAL_WEIGHT = 0.5  # the authors' code: DPO_loss + 0.5 * Cal_loss
 
-def caldpo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+
+def caldpo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
     inputs.require("caldpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     target = 1.0 / (2.0 * beta)
@@ -39,7 +54,7 @@ def caldpo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
     cal = (chosen - target) ** 2 + (rejected + target) ** 2
     metrics = reward_metrics(beta * chosen, beta * rejected)
     metrics.update({"caldpo/bt_loss": bt.mean().detach(), "caldpo/cal_loss": cal.mean().detach()})
-    return LossOutput((bt + cal).mean(), metrics)
+    return LossOutput((bt + CAL_WEIGHT * cal).mean(), metrics)
 
 
 spec = LossSpec(
@@ -48,8 +63,8 @@ spec = LossSpec(
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1},
+    defaults={"beta": 0.001},
     paper="arXiv:2412.14516 (Cal-DPO objective)",
-    version=1,
-    description="Cal-DPO: unscaled logistic loss plus a regression of the log-ratios onto +-1/(2 beta).",
+    version=2,
+    description="Cal-DPO: unscaled logistic loss plus half a squared regression of the log-ratios onto +-1/(2 beta).",
 )

@@ -30,7 +30,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def cdpo_loss(inputs: LossInputs, *, beta: float, label_smoothing: float) -> LossOutput:
+def cdpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.1) -> LossOutput:
     inputs.require("cdpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     if not 0.0 <= label_smoothing <= 0.5:
         raise ValueError(f"loss 'cdpo': label_smoothing must lie in [0, 0.5], got {label_smoothing}")

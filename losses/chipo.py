@@ -44,7 +44,7 @@ def chi_link(logratio: Tensor) -> Tensor:
     return torch.exp(logratio.clamp(max=MAX_LOG_RATIO)) + logratio
 
 
-def chipo_loss(inputs: LossInputs, *, beta: float, r_max: float | None) -> LossOutput:
+def chipo_loss(inputs: LossInputs, *, beta: float = 0.1, r_max: float | None = None) -> LossOutput:
     inputs.require("chipo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     margin = beta * (chi_link(chosen) - chi_link(rejected))

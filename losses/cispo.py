@@ -25,12 +25,12 @@ the log-ratio has the same gradient as ``log π``, but the loss values differ.
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses.grpo import add_k3_kl, group_advantages, online_metrics, token_ratio
+from losses._online import add_k3_kl, group_advantages, online_metrics, token_ratio
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def cispo_loss(inputs: LossInputs, *, epsilon_high: float, beta: float) -> LossOutput:
+def cispo_loss(inputs: LossInputs, *, epsilon_high: float = 5.0, beta: float = 0.0) -> LossOutput:
     inputs.require("cispo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)[:, None]
     ratio = token_ratio(inputs)

@@ -6,26 +6,30 @@ Paper: arXiv:2401.08417, Eq. 3 (preference term) and the final objective below i
 
     \mathcal{L}_{CPO} = \underbrace{-\mathbb{E}\big[\log\sigma\big(\beta\log\pi_\theta(y_w|x)
                         - \beta\log\pi_\theta(y_l|x)\big)\big]}_{\mathcal{L}_{prefer}}
-                        \;\underbrace{-\;\alpha\,\mathbb{E}\big[\log\pi_\theta(y_w|x)\big]}_{\alpha\,\mathcal{L}_{NLL}}
+                        \;+\;\alpha\,\mathcal{L}_{NLL},
+    \qquad
+    \mathcal{L}_{NLL} = -\frac{\sum_b \sum_t \log\pi_\theta(y_{w,t}^{(b)}\mid x^{(b)}, y_{w,<t}^{(b)})}
+                              {\sum_b |y_w^{(b)}|}
 
 DPO with a uniform reference (so no reference model) plus a behaviour-cloning NLL on the chosen
 response. With ``label_smoothing`` ε > 0 the preference term is ``-(1-ε) logσ(z) - ε logσ(-z)``
 (TRL's ``loss_type="sigmoid"``).
 
-Inputs: ``chosen_logps``, ``rejected_logps`` (B,) summed over response tokens. Reduction: mean
-over pairs for both terms. Metrics: rewards ``β·logπ`` (detached), accuracy, margin;
-``prefer_loss`` and ``nll``.
-Defaults: β = 0.1 and α = 1 (the paper's objective is ``L_prefer + L_NLL``); TRL names ``beta``,
-``cpo_alpha``.
+``nll_reduction`` (default ``"mean"``): ``L_NLL`` as the authors' released trainer computes it (the
+CPOTrainer they contributed to TRL; TRL 1.16 ``CPOTrainer``, ``CrossEntropyLoss`` over the chosen
+response tokens of the batch): the token mean over every chosen token of the batch, as above.
+``"sum"`` is the paper's ``L_NLL = -E[log π_θ(y_w|x)]`` read literally: the summed log-prob of
+each chosen response, averaged over pairs; it equals the mean × (chosen tokens in the batch) / B,
+i.e. about the mean chosen length times more weight at the same α. Version 1 used ``"sum"``
+(on the batch of ``tests/loss_algorithms/test_trl_parity_reffree.py``: 33.30 against TRL's 7.61);
+version 2 defaults to ``"mean"``, which matches TRL exactly (7.61).
 
-Deviation from TRL 1.16 and the reference study (oxRL), deliberate: both reduce the NLL as a
-token-level mean (``CrossEntropyLoss`` over every chosen response token of the batch). The
-paper's ``L_NLL = -E[log π_θ(y_w|x)]`` is the sequence log-likelihood, the same ``log π_θ(y|x)``
-as in ``L_prefer``, so we use the summed log-prob of each chosen response, averaged over pairs.
-The two differ by the factor (chosen tokens in the batch) / B, i.e. our NLL weighs about the
-mean chosen length times more at the same α; the authors' released trainer (the one in TRL) used
-the token mean, so ``cpo_alpha ≈ 1 / mean length`` recovers its balance. The preference term is
-identical to TRL's.
+Inputs: ``chosen_logps``, ``rejected_logps`` (B,) summed over response tokens, and
+``chosen_mask`` (B, T) for the token count of the ``"mean"`` NLL. Reduction: mean over pairs
+(preference term), token mean over the batch (NLL). Metrics: rewards ``β·logπ`` (detached),
+accuracy, margin; ``prefer_loss`` and ``nll``.
+Defaults: β = 0.1 and α = 1 (the paper's objective is ``L_prefer + L_NLL``; TRL's defaults);
+TRL names ``beta``, ``cpo_alpha``. The reference study (oxRL) also uses the token mean.
 """
 
 from __future__ import annotations
@@ -33,16 +37,35 @@ from __future__ import annotations
 from losses._common import reward_metrics
 from losses.registry import LossSpec
 from losses.simpo import sigmoid_margin_loss
-from losses.types import LossInputs, LossOutput
+from losses.types import LossInputs, LossOutput, Tensor
+
+NLL_REDUCTIONS = ("mean", "sum")
+
+
+def chosen_nll(inputs: LossInputs, nll_reduction: str, loss: str) -> Tensor:
+    """NLL of the chosen responses: token mean over the batch (``"mean"``) or mean of the sums (``"sum"``)."""
+    if nll_reduction == "mean":
+        inputs.require(loss, "chosen_mask")
+        return -inputs.chosen_logps.sum() / inputs.chosen_mask.sum().clamp(min=1.0)
+    if nll_reduction == "sum":
+        return -inputs.chosen_logps.mean()
+    raise ValueError(
+        f"loss {loss!r}: nll_reduction {nll_reduction!r} is not one of {', '.join(NLL_REDUCTIONS)}"
+    )
 
 
 def cpo_loss(
-    inputs: LossInputs, *, beta: float, cpo_alpha: float, label_smoothing: float = 0.0
+    inputs: LossInputs,
+    *,
+    beta: float = 0.1,
+    cpo_alpha: float = 1.0,
+    label_smoothing: float = 0.0,
+    nll_reduction: str = "mean",
 ) -> LossOutput:
     inputs.require("cpo", "chosen_logps", "rejected_logps")
     chosen, rejected = inputs.chosen_logps, inputs.rejected_logps
     prefer = sigmoid_margin_loss(beta * (chosen - rejected), label_smoothing).mean()
-    nll = -chosen.mean()
+    nll = chosen_nll(inputs, nll_reduction, "cpo")
     metrics = reward_metrics(beta * chosen, beta * rejected)
     metrics.update({"prefer_loss": prefer.detach(), "nll": nll.detach()})
     return LossOutput(prefer + cpo_alpha * nll, metrics)
@@ -54,8 +77,8 @@ spec = LossSpec(
     paradigm="offline_ref_free",
     data="pairs",
     needs_reference=False,
-    defaults={"beta": 0.1, "cpo_alpha": 1.0, "label_smoothing": 0.0},
+    defaults={"beta": 0.1, "cpo_alpha": 1.0, "label_smoothing": 0.0, "nll_reduction": "mean"},
     paper="arXiv:2401.08417 Eq. 3 + L_NLL",
-    version=1,
+    version=2,
     description="CPO: reference-free DPO on summed log-probs plus an NLL (behaviour cloning) term on the chosen.",
 )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from losses.grpo import (
+from losses._online import (
     add_k3_kl,
     clipped_surrogate,
     flat_groups,
@@ -46,7 +46,9 @@ def groups_kept_frac(flat: torch.Tensor, group_ids: torch.Tensor) -> torch.Tenso
     return (~flat_per_group).float().mean()
 
 
-def dapo_loss(inputs: LossInputs, *, epsilon: float, epsilon_high: float, beta: float) -> LossOutput:
+def dapo_loss(
+    inputs: LossInputs, *, epsilon: float = 0.2, epsilon_high: float = 0.28, beta: float = 0.0
+) -> LossOutput:
     inputs.require("dapo", "token_logps", "mask", "rewards", "group_ids")
     flat = flat_groups(inputs.rewards, inputs.group_ids)
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)

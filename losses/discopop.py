@@ -30,7 +30,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def discopop_loss(inputs: LossInputs, *, beta: float, discopop_tau: float) -> LossOutput:
+def discopop_loss(inputs: LossInputs, *, beta: float = 0.05, discopop_tau: float = 0.05) -> LossOutput:
     inputs.require("discopop", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     rho = beta * (chosen - rejected)

@@ -25,7 +25,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def dpo_loss(inputs: LossInputs, *, beta: float, label_smoothing: float = 0.0) -> LossOutput:
+def dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
     inputs.require("dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     h = chosen - rejected

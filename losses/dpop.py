@@ -30,7 +30,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def dpop_loss(inputs: LossInputs, *, beta: float, dpop_lambda: float) -> LossOutput:
+def dpop_loss(inputs: LossInputs, *, beta: float = 0.1, dpop_lambda: float = 50.0) -> LossOutput:
     inputs.require("dpop", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     penalty = torch.relu(-chosen)  # max(0, log π_ref(y_w) - log π_θ(y_w))

@@ -30,7 +30,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def dposhift_loss(inputs: LossInputs, *, beta: float, shift_lambda: float) -> LossOutput:
+def dposhift_loss(inputs: LossInputs, *, beta: float = 0.1, shift_lambda: float = 0.95) -> LossOutput:
     inputs.require("dposhift", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = -F.logsigmoid(beta * chosen - shift_lambda * beta * rejected)

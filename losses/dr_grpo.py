@@ -10,10 +10,17 @@ Paper: arXiv:2503.20783, §3.2 (the Dr. GRPO objective), the unbiased form of GR
 
 Two biases of GRPO are removed: no ``std_g`` division (question-difficulty bias) and no
 ``1/|o_i|`` (length bias); the token sum is divided by the constant ``G·L_max`` instead
-(TRL ``loss_type="dr_grpo"`` with ``scale_rewards="none"``). ``G`` = rollouts in the batch,
-``L_max`` = ``max_completion_length``; ``None`` uses the padded width ``T`` of the batch,
-which equals the generation limit when the trainer pads rollouts to it: set it to the
-generation ``max_new_tokens`` to keep the constant fixed across batches.
+(TRL ``loss_type="dr_grpo"`` with ``scale_rewards="none"``). ``G`` = rollouts in the batch (B).
+
+``L_max`` is the generation limit (the paper's and TRL's ``max_completion_length``), a constant
+of the run: the hyper-parameter ``max_completion_length`` when set, else
+``LossInputs.max_completion_length`` (which the trainer fills with the rollouts' ``max_new_tokens``),
+else a ``ValueError``. It is never the mask's width: in the trainer that is the padded
+prompt + completion width of the micro-batch, which moves with the prompt length, so the
+"constant" would re-weight every batch (version 1 did this; fixed in version 2).
+
+Inputs: ``token_logps``, ``mask`` (B, T) — T may include prompt positions, where the mask is 0 —
+``rewards``, ``group_ids``, and ``max_completion_length`` unless the hyper-parameter is set.
 
 Defaults: ε = ε_high = 0.2, β = 0 (the paper drops the KL term); with ``beta > 0`` a k3 KL
 on ``ref_token_logps`` is added per token before the same reduction, as TRL does (the
@@ -23,20 +30,38 @@ Deviation: flat groups get advantage exactly 0 (TRL: ~1e-8 residue).
 
 from __future__ import annotations
 
-from losses.grpo import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
+def generation_limit(inputs: LossInputs, max_completion_length: int | None) -> int:
+    """``L_max``: the hyper-parameter if set, else ``inputs.max_completion_length``; never the mask width."""
+    length = max_completion_length if max_completion_length is not None else inputs.max_completion_length
+    if length is None:
+        raise ValueError(
+            "loss 'dr_grpo' needs the generation limit L_max: set the hyper-parameter max_completion_length"
+            " or LossInputs.max_completion_length (the trainer fills it for online rollouts)"
+        )
+    if length < 1:
+        raise ValueError(f"loss 'dr_grpo': max_completion_length must be a positive int, got {length}")
+    return int(length)
+
+
 def dr_grpo_loss(
-    inputs: LossInputs, *, beta: float, epsilon: float, epsilon_high: float, max_completion_length: int | None
+    inputs: LossInputs,
+    *,
+    beta: float = 0.0,
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.2,
+    max_completion_length: int | None = None,
 ) -> LossOutput:
     inputs.require("dr_grpo", "token_logps", "mask", "rewards", "group_ids")
+    length = generation_limit(inputs, max_completion_length)
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=False)
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "dr_grpo")
-    length = max_completion_length or inputs.mask.size(1)
     loss = (per_token * inputs.mask).sum() / (inputs.mask.size(0) * length)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
@@ -49,6 +74,6 @@ spec = LossSpec(
     needs_reference=False,
     defaults={"beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.2, "max_completion_length": None},
     paper="arXiv:2503.20783 §3.2 (Dr. GRPO objective)",
-    version=1,
+    version=2,
     description="Dr. GRPO: GRPO without std and length normalisation (token sum / constant G*L_max).",
 )

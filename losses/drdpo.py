@@ -32,7 +32,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def drdpo_loss(inputs: LossInputs, *, beta: float, beta_prime: float) -> LossOutput:
+def drdpo_loss(inputs: LossInputs, *, beta: float = 0.1, beta_prime: float = 1.0) -> LossOutput:
     inputs.require("drdpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = -F.logsigmoid(beta * (chosen - rejected))

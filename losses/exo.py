@@ -29,7 +29,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def exo_loss(inputs: LossInputs, *, beta: float, label_smoothing: float) -> LossOutput:
+def exo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.001) -> LossOutput:
     inputs.require("exo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     eps = label_smoothing
     if not 0.0 < eps < 0.5:

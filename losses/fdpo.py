@@ -76,7 +76,11 @@ def f_prime(logratio: Tensor, f_divergence_type: str, alpha: float) -> Tensor:
 
 
 def fdpo_loss(
-    inputs: LossInputs, *, beta: float, f_divergence_type: str, f_alpha_divergence_coef: float
+    inputs: LossInputs,
+    *,
+    beta: float = 0.1,
+    f_divergence_type: str = "reverse_kl",
+    f_alpha_divergence_coef: float = 0.5,
 ) -> LossOutput:
     inputs.require("fdpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)

@@ -33,7 +33,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def focalpo_loss(inputs: LossInputs, *, beta: float, gamma: float) -> LossOutput:
+def focalpo_loss(inputs: LossInputs, *, beta: float = 0.1, gamma: float = 0.05) -> LossOutput:
     inputs.require("focalpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     log_p = F.logsigmoid(beta * (chosen - rejected))

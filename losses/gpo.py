@@ -52,7 +52,7 @@ def convex_loss(rho: Tensor, loss_type: str) -> Tensor:
     raise ValueError(f"loss 'gpo': loss_type {loss_type!r} is not one of {', '.join(GPO_LOSSES)}")
 
 
-def gpo_loss(inputs: LossInputs, *, beta: float, loss_type: str) -> LossOutput:
+def gpo_loss(inputs: LossInputs, *, beta: float = 0.1, loss_type: str = "exponential") -> LossOutput:
     inputs.require("gpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = convex_loss(beta * (chosen - rejected), loss_type)

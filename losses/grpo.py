@@ -22,129 +22,21 @@ Deviations: TRL multiplies the KL term by the importance ratio by default
 (``use_bias_correction_kl=True``); the paper does not, nor do we. A group whose rewards are all
 equal gets advantage exactly 0 (TRL leaves a ~1e-8/1e-4 rounding residue).
 
-This module also holds the helpers every online loss shares (advantages, ratios, clipping,
-KL, metrics, staleness).
+The helpers every online loss shares (advantages, ratios, clipping, KL, metrics, staleness) are
+in ``losses/_online.py``.
 """
 
 from __future__ import annotations
 
-import torch
-
-from losses._common import group_stats, masked_mean
+from losses._common import masked_mean
+from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
-Tensor = torch.Tensor
-ADV_EPS = 1e-4  # std epsilon of the group z-score (TRL GRPOTrainer)
 
-
-# --- advantages --------------------------------------------------------------------------
-
-
-def flat_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """(B,) bool: True where every rollout of that rollout's group has the same reward."""
-    uniq, inv = torch.unique(group_ids, return_inverse=True)
-    hi = rewards.new_full((uniq.numel(),), float("-inf")).scatter_reduce(0, inv, rewards, "amax")
-    lo = rewards.new_full((uniq.numel(),), float("inf")).scatter_reduce(0, inv, rewards, "amin")
-    return (hi == lo)[inv]
-
-
-def group_advantages(rewards: Tensor, group_ids: Tensor, *, scale: bool, eps: float = ADV_EPS) -> Tensor:
-    """``A = R − mean_g R`` (``scale``: divided by ``std_g R + eps``, unbiased std). Flat groups → 0."""
-    mean, std, _ = group_stats(rewards, group_ids)
-    adv = rewards - mean
-    if scale:
-        adv = adv / (std + eps)
-    return torch.where(flat_groups(rewards, group_ids), torch.zeros_like(adv), adv)
-
-
-# --- ratios, clipping, KL ----------------------------------------------------------------
-
-
-def behaviour_logps(inputs: LossInputs) -> Tensor:
-    """Log-probs of the policy that sampled; ``None`` means on-policy: ``token_logps.detach()``."""
-    old = inputs.old_token_logps
-    return inputs.token_logps.detach() if old is None else old
-
-
-def token_ratio(inputs: LossInputs) -> Tensor:
-    """(B, T) ``exp(log π_θ − log π_old)``; 1 (with gradient) when on-policy and off the mask."""
-    return torch.exp((inputs.token_logps - behaviour_logps(inputs)) * inputs.mask)
-
-
-def sequence_ratio(inputs: LossInputs) -> Tensor:
-    """(B,) GSPO ratio ``exp(mean_t log π_θ/π_old)`` (length-normalised)."""
-    return torch.exp(masked_mean(inputs.token_logps - behaviour_logps(inputs), inputs.mask))
-
-
-def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
-    """``−min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)`` and where the clip is active (zero gradient)."""
-    loss = -torch.min(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
-    active = ((ratio < 1 - eps_low) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
-    return loss, active
-
-
-def k3_kl(logps: Tensor, ref_logps: Tensor, mask: Tensor) -> Tensor:
-    """Schulman's k3 estimator ``exp(ref − logp) − (ref − logp) − 1`` (≥ 0; 0 off the mask)."""
-    d = (ref_logps - logps) * mask
-    return torch.exp(d) - d - 1
-
-
-def add_k3_kl(per_token: Tensor, inputs: LossInputs, beta: float, name: str) -> tuple[Tensor, Tensor | None]:
-    """``per_token + β·k3`` when ``β ≠ 0`` (then ``ref_token_logps`` is required)."""
-    if beta == 0.0:
-        return per_token, None
-    inputs.require(name, "ref_token_logps")
-    kl = k3_kl(inputs.token_logps, inputs.ref_token_logps, inputs.mask)
-    return per_token + beta * kl, kl
-
-
-# --- metrics -----------------------------------------------------------------------------
-
-
-def _mean(x: Tensor, mask: Tensor) -> Tensor:
-    return masked_mean(x, mask, dim=None) if x.shape == mask.shape else x.mean()
-
-
-def advantage_metrics(adv: Tensor, mask: Tensor) -> dict[str, Tensor]:
-    """Mean/std (population) of the advantages: over rollouts if (B,), over response tokens if (B, T)."""
-    adv = adv.detach()
-    mean = _mean(adv, mask)
-    var = _mean((adv - mean) ** 2, mask)
-    return {"adv_mean": mean, "adv_std": var.sqrt()}
-
-
-def staleness_metrics(inputs: LossInputs) -> dict[str, Tensor]:
-    """``staleness = mean(current_version − policy_versions)`` (and its max), when versions are given."""
-    if inputs.policy_versions is None:
-        return {}
-    if inputs.current_version is None:
-        raise ValueError("LossInputs.policy_versions is set but current_version is None")
-    lag = (inputs.current_version - inputs.policy_versions).float()
-    return {"staleness": lag.mean(), "staleness_max": lag.max()}
-
-
-def online_metrics(
-    inputs: LossInputs, *, ratio: Tensor, clipped: Tensor, adv: Tensor, kl: Tensor | None = None
-) -> dict[str, Tensor]:
-    """The metrics every online loss reports. ``ratio``/``clipped`` are (B, T) or (B,)."""
-    mask = inputs.mask
-    metrics = {
-        "clip_frac": _mean(clipped.float(), mask),
-        "ratio_mean": _mean(ratio.detach(), mask),
-        "reward_mean": inputs.rewards.detach().float().mean(),
-        **advantage_metrics(adv, mask),
-        **staleness_metrics(inputs),
-    }
-    if kl is not None:
-        metrics["kl"] = masked_mean(kl.detach(), mask, dim=None)
-    return {k: v.detach() for k, v in metrics.items()}
-
-
-# --- GRPO --------------------------------------------------------------------------------
-
-
-def grpo_loss(inputs: LossInputs, *, beta: float, epsilon: float, epsilon_high: float) -> LossOutput:
+def grpo_loss(
+    inputs: LossInputs, *, beta: float = 0.04, epsilon: float = 0.2, epsilon_high: float = 0.2
+) -> LossOutput:
     inputs.require("grpo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
     ratio = token_ratio(inputs)

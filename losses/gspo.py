@@ -22,12 +22,14 @@ load a reference: ``needs_reference`` is False).
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses.grpo import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, sequence_ratio
+from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, sequence_ratio
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def gspo_loss(inputs: LossInputs, *, epsilon: float, epsilon_high: float, beta: float) -> LossOutput:
+def gspo_loss(
+    inputs: LossInputs, *, epsilon: float = 0.0003, epsilon_high: float = 0.0004, beta: float = 0.0
+) -> LossOutput:
     inputs.require("gspo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
     ratio = sequence_ratio(inputs)

@@ -25,7 +25,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def hinge_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def hinge_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require("hinge", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = torch.relu(1.0 - beta * (chosen - rejected))

@@ -41,7 +41,7 @@ _FIELDS = (
 )
 
 
-def ipo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def ipo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require("ipo", *_FIELDS)
     chosen_avg, rejected_avg = pair_logratios(inputs, length_normalize=True)
     margin = chosen_avg - rejected_avg

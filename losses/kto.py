@@ -56,7 +56,7 @@ def kto_metrics(rewards: Tensor, labels: Tensor, z0: Tensor) -> dict[str, Tensor
 
 
 def kto_loss(
-    inputs: LossInputs, *, beta: float, desirable_weight: float, undesirable_weight: float
+    inputs: LossInputs, *, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0
 ) -> LossOutput:
     inputs.require("kto", "logps", "ref_logps", "labels", "kl_logps", "ref_kl_logps")
     labels = inputs.labels.bool()

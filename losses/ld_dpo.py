@@ -51,7 +51,7 @@ def desensitised_logratios(inputs: LossInputs, ld_alpha: float) -> tuple[Tensor,
     return chosen, rejected
 
 
-def ld_dpo_loss(inputs: LossInputs, *, beta: float, ld_alpha: float) -> LossOutput:
+def ld_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, ld_alpha: float = 0.5) -> LossOutput:
     inputs.require("ld_dpo", *TOKEN_FIELDS)
     chosen, rejected = desensitised_logratios(inputs, ld_alpha)
     losses = -F.logsigmoid(beta * (chosen - rejected))

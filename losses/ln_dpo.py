@@ -39,7 +39,7 @@ _FIELDS = (
 )
 
 
-def ln_dpo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def ln_dpo_loss(inputs: LossInputs, *, beta: float = 5.0) -> LossOutput:
     inputs.require("ln_dpo", *_FIELDS)
     chosen_avg, rejected_avg = pair_logratios(inputs, length_normalize=True)
     margin = chosen_avg - rejected_avg

@@ -50,7 +50,9 @@ def score_offset(inputs: LossInputs, *, alpha: float, offset: float) -> Tensor:
     return alpha * torch.log(gap.clamp(min=MIN_SCORE_GAP))
 
 
-def odpo_loss(inputs: LossInputs, *, beta: float, alpha: float, offset: float) -> LossOutput:
+def odpo_loss(
+    inputs: LossInputs, *, beta: float = 0.1, alpha: float = 1.0, offset: float = 1.0
+) -> LossOutput:
     inputs.require("odpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     delta = score_offset(inputs, alpha=alpha, offset=offset)

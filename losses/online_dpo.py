@@ -35,7 +35,7 @@ def score_metrics(inputs: LossInputs) -> dict[str, float]:
     return {"scores/margin": float((inputs.chosen_rewards - inputs.rejected_rewards).float().mean())}
 
 
-def online_dpo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def online_dpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require("online_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     out = dpo_loss(inputs, beta=beta)
     return LossOutput(out.loss, {**out.metrics, **score_metrics(inputs)})

@@ -61,7 +61,7 @@ def log_odds(mean_logp: Tensor) -> Tensor:
     return mean_logp - log1mexp(mean_logp)
 
 
-def orpo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def orpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require(
         "orpo", "chosen_logps", "rejected_logps", "chosen_token_logps", "chosen_mask", "rejected_mask"
     )

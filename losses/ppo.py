@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
-from losses.grpo import behaviour_logps, clipped_surrogate, online_metrics, token_ratio
+from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_ratio
 from losses.registry import LossSpec
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
@@ -92,14 +92,14 @@ def value_loss(
 def ppo_loss(
     inputs: LossInputs,
     *,
-    epsilon: float,
-    epsilon_high: float,
-    beta: float,
-    gamma: float,
-    lam: float,
-    vf_coef: float,
-    cliprange_value: float,
-    whiten_advantages: bool,
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.2,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    vf_coef: float = 0.1,
+    cliprange_value: float = 0.2,
+    whiten_advantages: bool = True,
 ) -> LossOutput:
     inputs.require("ppo", "token_logps", "mask", "rewards", "values")
     mask = inputs.mask

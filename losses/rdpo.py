@@ -47,7 +47,7 @@ _FIELDS = (
 )
 
 
-def rdpo_loss(inputs: LossInputs, *, beta: float, alpha: float) -> LossOutput:
+def rdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.01) -> LossOutput:
     inputs.require("rdpo", *_FIELDS)
     chosen, rejected = pair_logratios(inputs)
     length_diff = inputs.chosen_mask.sum(-1) - inputs.rejected_mask.sum(-1)

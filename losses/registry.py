@@ -34,7 +34,9 @@ class LossSpec:
     """What the trainer needs to know about one algorithm.
 
     name:               registry key, as written in grids (``method: dpo``).
-    fn:                 ``fn(inputs: LossInputs, **hparams) -> LossOutput``, a pure function.
+    fn:                 ``fn(inputs: LossInputs, **hparams) -> LossOutput``, a pure function; every
+                        hyper-parameter is a keyword parameter whose default is its value in
+                        ``defaults`` (checked when the spec is registered).
     paradigm:           one of ``sft``, ``offline``, ``offline_ref_free``, ``unpaired``, ``online``.
     data:               what the data pipeline must feed: ``sft``, ``pairs``, ``unpaired``, ``online``.
     needs_reference:    the trainer fills the ``ref_*`` fields of :class:`LossInputs`.
@@ -146,10 +148,46 @@ def _dist_name(ep) -> str:
     return dist.name if dist is not None else "<unknown distribution>"
 
 
+def check_signature(spec: LossSpec, origin: str = "register()") -> None:
+    """``spec.fn`` must run on ``(inputs, **any_subset_of_defaults)``; a mismatch is a one-line error.
+
+    The contract: hyper-parameters override ``defaults``, so ``spec.fn(inputs, beta=0.1)`` with the
+    others omitted must work. Hence fn takes the :class:`LossInputs` as its first positional
+    parameter, every key of ``defaults`` is a keyword parameter of fn with a default value, and fn
+    has no other parameter without a default. (The built-ins' defaults in the signature equal
+    ``defaults``; ``tests/loss_algorithms/test_hparam_contract.py`` checks that.) A callable whose
+    signature Python cannot read is not checked.
+    """
+    try:
+        sig = inspect.signature(spec.fn)
+    except (TypeError, ValueError):
+        return
+    P = inspect.Parameter
+    where = f"loss {spec.name!r} ({origin}): fn {getattr(spec.fn, '__qualname__', repr(spec.fn))}"
+    params = list(sig.parameters.values())
+    if not params or params[0].kind not in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.VAR_POSITIONAL):
+        raise LossError(f"{where} must take the LossInputs as its first positional parameter")
+    rest = [p for p in params[1:] if p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD)]
+    required = [p.name for p in rest if p.default is P.empty]
+    if required:
+        raise LossError(
+            f"{where} has parameters without a default value: {', '.join(required)}"
+            " (give every hyper-parameter its value from defaults, e.g. beta: float = 0.1)"
+        )
+    keywords = {p.name for p in rest if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
+    unknown = [k for k in spec.defaults if k not in keywords]
+    if unknown:
+        raise LossError(
+            f"{where} has no keyword parameter with a default for defaults key(s) {', '.join(map(repr, unknown))}"
+        )
+
+
 def register(spec: LossSpec, *, origin: str = "register()") -> LossSpec:
-    """Add a spec. A second spec under the same name is an error naming both origins."""
+    """Add a spec. A second spec under the same name is an error naming both origins; so is a
+    spec whose ``fn`` signature does not match its ``defaults`` (:func:`check_signature`)."""
     if not isinstance(spec, LossSpec):
         raise LossError(f"{origin}: expected a losses.LossSpec, got {type(spec).__name__}")
+    check_signature(spec, origin)
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise LossError(f"duplicate loss {spec.name!r}: from {_ORIGIN[spec.name]} and from {origin}")
     _REGISTRY[spec.name] = spec

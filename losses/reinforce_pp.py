@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
-from losses.grpo import behaviour_logps, clipped_surrogate, online_metrics, token_ratio
+from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_ratio
 from losses.registry import LossSpec
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
@@ -57,7 +57,9 @@ def global_normalise(adv: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
     return (adv - mean) / (std + eps) * mask
 
 
-def reinforce_pp_loss(inputs: LossInputs, *, beta: float, epsilon: float, epsilon_high: float) -> LossOutput:
+def reinforce_pp_loss(
+    inputs: LossInputs, *, beta: float = 0.01, epsilon: float = 0.2, epsilon_high: float = 0.2
+) -> LossOutput:
     inputs.require("reinforce_pp", "token_logps", "mask", "rewards")
     returns, kl = kl_shaped_returns(inputs, beta)
     adv = global_normalise(returns, inputs.mask)

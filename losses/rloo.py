@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from losses._common import group_stats, masked_mean, masked_sum
-from losses.grpo import behaviour_logps, clipped_surrogate, flat_groups, online_metrics
+from losses._online import behaviour_logps, clipped_surrogate, flat_groups, online_metrics
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
@@ -49,7 +49,12 @@ def kl_penalised_rewards(inputs: LossInputs, beta: float) -> tuple[torch.Tensor,
 
 
 def rloo_loss(
-    inputs: LossInputs, *, beta: float, epsilon: float, epsilon_high: float, normalize_advantages: bool
+    inputs: LossInputs,
+    *,
+    beta: float = 0.05,
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.2,
+    normalize_advantages: bool = False,
 ) -> LossOutput:
     inputs.require("rloo", "token_logps", "mask", "rewards", "group_ids")
     rewards, kl = kl_penalised_rewards(inputs, beta)

@@ -31,7 +31,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def robust_dpo_loss(inputs: LossInputs, *, beta: float, label_smoothing: float) -> LossOutput:
+def robust_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.1) -> LossOutput:
     inputs.require("robust_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     eps = label_smoothing
     if not 0.0 <= eps < 0.5:

@@ -30,7 +30,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def rpo_loss(inputs: LossInputs, *, beta: float, rpo_alpha: float) -> LossOutput:
+def rpo_loss(inputs: LossInputs, *, beta: float = 0.1, rpo_alpha: float = 1.0) -> LossOutput:
     inputs.require(
         "rpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps", "chosen_mask"
     )

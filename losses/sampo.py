@@ -85,7 +85,7 @@ def downsample_masks(
     return keep_random(chosen_mask, t_m, generator), keep_random(rejected_mask, t_m, generator)
 
 
-def sampo_loss(inputs: LossInputs, *, beta: float, seed: int) -> LossOutput:
+def sampo_loss(inputs: LossInputs, *, beta: float = 0.1, seed: int = 0) -> LossOutput:
     inputs.require("sampo", *TOKEN_FIELDS)
     gen = seeded_generator(seed, inputs.ref_chosen_token_logps, inputs.ref_rejected_token_logps)
     keep_c, keep_r = downsample_masks(inputs.chosen_mask, inputs.rejected_mask, gen)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
-from losses.grpo import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
@@ -51,7 +51,12 @@ def token_advantages(adv: Tensor, mask: Tensor, broadcast: bool) -> Tensor:
 
 
 def sgrpo_loss(
-    inputs: LossInputs, *, epsilon: float, epsilon_high: float, beta: float, reward_broadcast: bool
+    inputs: LossInputs,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.2,
+    beta: float = 0.0,
+    reward_broadcast: bool = True,
 ) -> LossOutput:
     inputs.require("sgrpo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True, eps=ADV_EPS)

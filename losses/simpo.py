@@ -52,7 +52,7 @@ def sigmoid_margin_loss(z: Tensor, label_smoothing: float) -> Tensor:
 
 
 def simpo_loss(
-    inputs: LossInputs, *, beta: float, simpo_gamma: float, label_smoothing: float = 0.0
+    inputs: LossInputs, *, beta: float = 2.0, simpo_gamma: float = 1.0, label_smoothing: float = 0.0
 ) -> LossOutput:
     inputs.require("simpo", "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen, rejected = mean_logps(inputs)

@@ -32,7 +32,11 @@ from losses.types import LossInputs, LossOutput
 
 
 def spin_loss(
-    inputs: LossInputs, *, beta: float, ref_model_sync_steps: int | None, ref_model_mixup_alpha: float
+    inputs: LossInputs,
+    *,
+    beta: float = 0.1,
+    ref_model_sync_steps: int | None = None,
+    ref_model_mixup_alpha: float = 1.0,
 ) -> LossOutput:
     """SPIN's logistic loss; ``ref_model_sync_steps``/``ref_model_mixup_alpha`` are read by the trainer."""
     inputs.require("spin", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")

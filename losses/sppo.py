@@ -15,6 +15,17 @@ targets ``±1/(2β)`` independently, so the chosen likelihood rises and the reje
 
 Inputs: ``chosen_logps``, ``rejected_logps``, ``ref_chosen_logps``, ``ref_rejected_logps`` (B,),
 summed over response tokens. Reduction: mean over pairs. Metrics: implicit rewards ``β·log(π/π_ref)``.
+
+Defaults: β = 1e-3 (η = 1/β = 1000), the authors' released pipeline (uclaml/SPPO
+``scripts/pipeline.sh``, ``BETA="0.001"``, which overrides the ``beta: 0.01`` of
+``recipes/uclaml-sppo/config_full.yaml``; the trainer's comment: "In SPPO, beta=1/eta ... is usually
+chosen around 1e-3"). Version 2; version 1 used TRL's generic β = 0.1. The targets ±1/(2β) are then
+±500 nats: no short answer reaches them, so the loss keeps raising the chosen and lowering the
+rejected log-ratio, as in the authors' runs.
+
+Deviation from the authors' code (uclaml/SPPO ``sppo/trainer.py``, ``loss_type="sppo"`` with P̂ = 1/0):
+it averages the two squares, ``(loss_w + loss_l)/2``; we keep TRL's ``sppo_hard`` sum (TRL parity
+is tested), which has the same minimiser and twice the gradient.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def sppo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def sppo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
     inputs.require("sppo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     target = 1.0 / (2.0 * beta)
@@ -38,8 +49,8 @@ spec = LossSpec(
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1},
+    defaults={"beta": 0.001},
     paper="arXiv:2405.00675 Eq. 4.7 (hard labels P=1/0)",
-    version=1,
+    version=2,
     description="Self-play preference optimisation (hard labels): regress log-ratios onto +1/(2β) and -1/(2β).",
 )

@@ -55,7 +55,7 @@ def sequential_kl(logits: Tensor, ref_logits: Tensor, mask: Tensor) -> Tensor:
     return (kl * mask).sum(-1).to(logits.dtype)
 
 
-def tdpo_loss(inputs: LossInputs, *, beta: float, alpha: float, tdpo2: bool) -> LossOutput:
+def tdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.5, tdpo2: bool = True) -> LossOutput:
     inputs.require("tdpo", *REQUIRED)
     chosen, rejected = pair_logratios(inputs)
     kl_w = sequential_kl(inputs.chosen_logits, inputs.ref_chosen_logits, inputs.chosen_mask)

@@ -48,7 +48,11 @@ def mix_reference_(
 
 
 def tr_dpo_loss(
-    inputs: LossInputs, *, beta: float, ref_model_mixup_alpha: float, ref_model_sync_steps: int
+    inputs: LossInputs,
+    *,
+    beta: float = 0.1,
+    ref_model_mixup_alpha: float = 0.6,
+    ref_model_sync_steps: int = 512,
 ) -> LossOutput:
     """DPO against the current reference; the two reference knobs are read by the trainer."""
     inputs.require("tr_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")

@@ -60,6 +60,8 @@ class LossInputs:
     old_values: Tensor | None = None  # (B, T) value head when the rollouts were made
     policy_versions: Tensor | None = None  # (B,) long, policy version that generated each rollout
     current_version: int | None = None  # version of the policy being updated
+    # the generation limit (max_new_tokens) the rollouts were sampled with: dr_grpo's constant L_max
+    max_completion_length: int | None = None
 
     def present(self) -> list[str]:
         """Names of the fields that are filled in (for error messages and debugging)."""

@@ -52,7 +52,7 @@ def response_weight(token_logps: Tensor, logits: Tensor, mask: Tensor) -> Tensor
     return torch.exp(masked_mean(token_logps.to(dtype) - log_sum_sq, mask)).to(token_logps.dtype)
 
 
-def wpo_loss(inputs: LossInputs, *, beta: float) -> LossOutput:
+def wpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require("wpo", *REQUIRED)
     chosen, rejected = pair_logratios(inputs)
     w_c = response_weight(inputs.chosen_token_logps, inputs.chosen_logits, inputs.chosen_mask)

@@ -155,6 +155,77 @@ def test_a_broken_entry_point_names_the_plugin_and_breaks_nothing_else(monkeypat
         losses.all_specs()
 
 
+def _gamma_without_default(inputs, *, beta: float = 0.1, gamma: float):
+    raise AssertionError("never called")
+
+
+def _no_gamma(inputs, *, beta: float = 0.1):
+    raise AssertionError("never called")
+
+
+def _seed_not_in_defaults(inputs, *, beta: float = 0.1, gamma: float = 0.5, seed: int):
+    raise AssertionError("never called")
+
+
+def _no_inputs(*, beta: float = 0.1, gamma: float = 0.5):
+    raise AssertionError("never called")
+
+
+def mismatched_spec(fn) -> losses.LossSpec:
+    return losses.LossSpec(
+        name="tmp_mismatch",
+        fn=fn,
+        paradigm="offline",
+        data="pairs",
+        needs_reference=True,
+        defaults={"beta": 0.1, "gamma": 0.5},
+    )
+
+
+@pytest.mark.parametrize(
+    ("fn", "why"),
+    [
+        (_gamma_without_default, "has parameters without a default value: gamma"),
+        (_no_gamma, "has no keyword parameter with a default for defaults key(s) 'gamma'"),
+        (_seed_not_in_defaults, "has parameters without a default value: seed"),
+        (_no_inputs, "must take the LossInputs as its first positional parameter"),
+    ],
+)
+def test_register_rejects_a_fn_whose_signature_does_not_match_its_defaults(fn, why):
+    """Hyper-parameters override ``defaults``, so ``spec.fn(inputs, beta=0.1)`` must run: every default
+    key is a keyword parameter of fn with a default value, and fn requires nothing else."""
+    with pytest.raises(losses.LossError) as err:
+        losses.register(mismatched_spec(fn), origin="--plugin my_plugin")
+    msg = str(err.value)
+    assert msg.startswith(f"loss 'tmp_mismatch' (--plugin my_plugin): fn {fn.__qualname__} "), msg
+    assert why in msg and "\n" not in msg
+    assert "tmp_mismatch" not in registry._REGISTRY
+
+
+def test_a_plugin_entry_point_whose_signature_does_not_match_fails_on_use(monkeypatch):
+    """An installed plugin with required hyper-parameters is rejected when loaded, naming it; the
+    built-ins keep working."""
+
+    def needs_everything(inputs, *, beta: float, gamma: float):
+        raise AssertionError("never called")
+
+    spec = mismatched_spec(needs_everything)
+    ep = fake_ep("tmp_mismatch", "mm_pkg:spec", "mm-dist", lambda: spec)
+    with_fake_entry_points(monkeypatch, {"tmp_mismatch": [ep]})
+    assert "tmp_mismatch" in losses.names()
+    with pytest.raises(losses.LossError) as err:
+        losses.get("tmp_mismatch")
+    assert str(err.value).startswith("loss 'tmp_mismatch' (distribution mm-dist): fn ")
+    assert "without a default value: beta, gamma" in str(err.value)
+    assert "tmp_mismatch" not in registry._REGISTRY
+    assert losses.get("dpo").name == "dpo"
+
+
+def test_every_builtin_passes_the_signature_check():
+    for name in BUILTINS:
+        registry.check_signature(losses.get(name))
+
+
 def test_two_entry_points_with_one_name_name_both_distributions(monkeypatch):
     twins = [
         fake_ep("twin", "a_pkg.losses:spec", "dist-a", None),

@@ -186,6 +186,13 @@ def test_sppo_value():
     assert value("sppo", example(), beta=0.25) == pytest.approx(2.0, rel=1e-12)
 
 
+def test_sppo_default_is_the_authors_beta():
+    """β = 1e-3 (η = 1000, uclaml/SPPO scripts/pipeline.sh); targets ±500:
+    L = (1 − 500)² + (−1 + 500)² = 2·499² = 498002. (Version 1, β = 0.1: (1 − 5)² + (−1 + 5)² = 32.)"""
+    assert losses.get("sppo").defaults == {"beta": 0.001} and losses.get("sppo").version == 2
+    assert value("sppo", example()) == pytest.approx(2 * 499.0**2, rel=1e-12)
+
+
 def aot_batch():
     """Pair 1: policy (−3, −5), ref (−6, −4); pair 2: policy (−5, −4), ref (−4, −5)."""
     return make([-3.0, -5.0], [-5.0, -4.0], [-6.0, -4.0], [-4.0, -5.0])[0]

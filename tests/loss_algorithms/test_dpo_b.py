@@ -155,11 +155,28 @@ class TestBetaDPO:
 
 class TestCalDPO:
     def test_hand_value(self):
-        """h_w = 0.5, h_l = −0.5, β = 0.1 → targets ±5:
-        L = softplus(−1) + (0.5−5)² + (−0.5+5)² = log(1+e^{−1}) + 40.5."""
+        """h_w = 0.5, h_l = −0.5, β = 0.1 → targets ±5: calibration (0.5−5)² + (−0.5+5)² = 40.5,
+        weighted ½ as in the authors' code: L = log(1+e^{−1}) + ½·40.5 = 0.3132617 + 20.25 = 20.5632617.
+        (Version 1 weighted it 1: 40.8132617.)"""
         out = run("caldpo", seq_inputs([-1.0], [-2.0], [-1.5], [-1.5]), beta=0.1)
-        assert out.loss.item() == pytest.approx(math.log1p(math.exp(-1)) + 40.5, rel=1e-12)
+        assert out.loss.item() == pytest.approx(math.log1p(math.exp(-1)) + 20.25, rel=1e-12)
         assert out.metrics["caldpo/cal_loss"] == pytest.approx(40.5)
+
+    def test_matches_the_authors_code(self):
+        """tengxiao1/Cal-DPO scripts/dpo_trainer.py, written out on a batch of 3:
+        ``(-logσ(h_w − h_l) + 0.5·[mse(h_w, 1/(2β)) + mse(h_l, −1/(2β))]).mean()``, each mse a batch mean."""
+        pc, pr, rc, rr = [-1.0, -3.0, -0.5], [-2.0, -1.0, -4.0], [-1.5, -2.0, -1.0], [-1.5, -2.5, -3.0]
+        beta = 0.25
+        hw, hl = t(pc) - t(rc), t(pr) - t(rr)
+        target = torch.tensor(1.0 / (2.0 * beta), dtype=torch.float64)
+        cal = F.mse_loss(hw, target.expand_as(hw)) + F.mse_loss(hl, -target.expand_as(hl))
+        authors = (-F.logsigmoid(hw - hl) + 0.5 * cal).mean()
+        out = run("caldpo", seq_inputs(pc, pr, rc, rr), beta=beta)
+        assert out.loss.item() == pytest.approx(authors.item(), rel=1e-12)
+
+    def test_default_beta_is_the_authors_released_value(self):
+        assert losses.get("caldpo").defaults == {"beta": 0.001}
+        assert losses.get("caldpo").version == 2
 
     def test_calibrated_point_only_bt_gradient(self):
         """At h_w = 5, h_l = −5 the calibration gradient is 0; ∂L/∂h_w = −σ(−10)."""

@@ -31,8 +31,12 @@ def t(rows) -> torch.Tensor:
 
 
 def rollouts(logps, rewards, group_ids=None, *, mask=None, log_ratio=None, ref=None, **extra) -> LossInputs:
-    """Inputs whose ``token_logps`` is a grad leaf; ``log_ratio`` gives ``old = logps − log_ratio``."""
+    """Inputs whose ``token_logps`` is a grad leaf; ``log_ratio`` gives ``old = logps − log_ratio``.
+
+    ``max_completion_length`` (dr_grpo's L_max, filled by the trainer) defaults to the width T here.
+    """
     logps = t(logps)
+    extra.setdefault("max_completion_length", logps.shape[1])
     mask = (logps != 0).float() if mask is None else t(mask)
     old = None if log_ratio is None else (logps - t(log_ratio)) * mask
     if "values" in extra and extra["values"] is not None and not torch.is_tensor(extra["values"]):
@@ -121,12 +125,50 @@ def test_grpo_k3_kl_hand_value():
 def test_dr_grpo_hand_value_sums_tokens_over_a_constant():
     """No std: A = ±0.5. On-policy token terms: −0.5, −0.5 (rollout 0), +0.5 (rollout 1).
 
-    Sum −0.5 over G·L = 2·4 = 8 → −0.0625; with L = None the padded width T = 2 → −0.125.
+    Sum −0.5 over G·L = 2·4 = 8 → −0.0625 (hyper-parameter L = 4); with the hyper-parameter None,
+    L = LossInputs.max_completion_length = 2 → −0.125; the hyper-parameter wins over the field.
     (GRPO's per-response mean gives (−0.5 + 0.5)/2 = 0: the length bias Dr. GRPO removes.)
     """
     assert run("dr_grpo", two_rollouts(), max_completion_length=4).loss.item() == pytest.approx(-0.0625)
     assert run("dr_grpo", two_rollouts()).loss.item() == pytest.approx(-0.125)
+    assert run("dr_grpo", two_rollouts(max_completion_length=4)).loss.item() == pytest.approx(-0.0625)
+    assert run("dr_grpo", two_rollouts(max_completion_length=8), max_completion_length=4).loss.item() == (
+        pytest.approx(-0.0625)
+    )
     assert run("grpo", two_rollouts()).loss.item() == pytest.approx(0.0, abs=1e-7)
+
+
+def behind_prompt(completions: list[list[float]], prompt_len: int, limit: int | None) -> LossInputs:
+    """Trainer-shaped rollouts: (B, prompt_len + C) token log-probs and mask, zero on the prompt."""
+    width = prompt_len + max(len(c) for c in completions)
+    logps = [[0.0] * prompt_len + c + [0.0] * (width - prompt_len - len(c)) for c in completions]
+    mask = [[0.0] * prompt_len + [1.0] * len(c) + [0.0] * (width - prompt_len - len(c)) for c in completions]
+    return rollouts(logps, [1.0, 0.0, 0.5], [0, 0, 0], mask=mask, max_completion_length=limit)
+
+
+def test_dr_grpo_constant_does_not_move_with_the_prompt_length():
+    """The same three completions (3, 1, 2 tokens; rewards 1, 0, 0.5 → A = +0.5, −0.5, 0) behind a
+    5-token and a 20-token prompt, the trainer's mask (0 on the prompt), L_max = 8:
+    loss = −(0.5·3 − 0.5·1 + 0)/(G·L_max) = −1/(3·8) = −0.0416667 for both, and so is the gradient.
+
+    Version 1 divided by the mask width when the hyper-parameter was None: 3·(5+3) = 24 →
+    −0.0416667 and 3·(20+3) = 69 → −0.0144928, a factor 2.9 from the prompt alone.
+    """
+    completions = [[-1.0, -2.0, -0.5], [-1.5], [-0.3, -0.7]]
+    short, long = behind_prompt(completions, 5, 8), behind_prompt(completions, 20, 8)
+    out_short, out_long = run("dr_grpo", short), run("dr_grpo", long)
+    assert out_short.loss.item() == pytest.approx(-1 / 24, rel=1e-6)
+    assert out_long.loss.item() == pytest.approx(-1 / 24, rel=1e-6)
+    torch.testing.assert_close(grad(out_short, short)[:, 5:], grad(out_long, long)[:, 20:])
+
+
+def test_dr_grpo_without_a_generation_limit_is_an_error_not_the_mask_width():
+    inputs = behind_prompt([[-1.0, -2.0], [-1.5], [-0.3]], 5, None)
+    with pytest.raises(ValueError, match="needs the generation limit L_max") as err:
+        run("dr_grpo", inputs)
+    assert "\n" not in str(err.value) and "max_completion_length" in str(err.value)
+    with pytest.raises(ValueError, match="positive"):
+        run("dr_grpo", inputs, max_completion_length=0)
 
 
 def test_dapo_drops_flat_groups_from_the_token_mean():

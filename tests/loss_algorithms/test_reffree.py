@@ -94,7 +94,12 @@ def test_missing_fields_name_the_loss(name):
 
 def test_paper_defaults():
     assert losses.get("simpo").defaults == {"beta": 2.0, "simpo_gamma": 1.0, "label_smoothing": 0.0}
-    assert losses.get("cpo").defaults == {"beta": 0.1, "cpo_alpha": 1.0, "label_smoothing": 0.0}
+    assert losses.get("cpo").defaults == {
+        "beta": 0.1,
+        "cpo_alpha": 1.0,
+        "label_smoothing": 0.0,
+        "nll_reduction": "mean",
+    }
     assert losses.get("orpo").defaults == {"beta": 0.1}
     assert losses.get("alphapo").defaults == {
         "alpha": 0.25,
@@ -102,7 +107,7 @@ def test_paper_defaults():
         "simpo_gamma": 0.1,
         "label_smoothing": 0.0,
     }
-    assert losses.get("rrhf").defaults == {"rrhf_weight": 1.0, "length_penalty": 1.0}
+    assert losses.get("rrhf").defaults == {"rrhf_weight": 1.0, "length_penalty": 1.0, "nll_reduction": "mean"}
     assert losses.get("kto").defaults == {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0}
 
 
@@ -163,14 +168,25 @@ def test_simpo_without_margin_on_single_tokens_is_reference_free_dpo():
 def test_cpo_hand_value():
     """β=0.1, α=1. Margins logπ_w - logπ_l: (-4 + 9, -6 + 2) = (5, -4).
 
-    L_prefer = ½[log(1 + e^{-0.5}) + log(1 + e^{0.4})];  L_NLL = -½(-4 - 6) = 5 (summed log-probs).
+    L_prefer = ½[log(1 + e^{-0.5}) + log(1 + e^{0.4})];  L_NLL = -(-4 - 6)/(2 + 3 tokens) = 2, the
+    token mean over the batch's chosen tokens (TRL, the authors' trainer). ``nll_reduction="sum"``:
+    the mean of the summed log-probs, -½(-4 - 6) = 5 (version 1's default: loss = prefer + 5).
     """
     out = losses.get("cpo")(pairs(*EXAMPLE), beta=0.1, cpo_alpha=1.0)
     prefer = 0.5 * (softplus(-0.5) + softplus(0.4))
-    assert out.loss.item() == pytest.approx(prefer + 5.0, rel=1e-12)
+    assert out.loss.item() == pytest.approx(prefer + 2.0, rel=1e-12)
     assert out.metrics["prefer_loss"] == pytest.approx(prefer, rel=1e-12)
-    assert out.metrics["nll"] == pytest.approx(5.0)
+    assert out.metrics["nll"] == pytest.approx(2.0)
     assert out.metrics["rewards/chosen"] == pytest.approx(-0.5)
+    summed = losses.get("cpo")(pairs(*EXAMPLE), nll_reduction="sum")
+    assert summed.loss.item() == pytest.approx(prefer + 5.0, rel=1e-12)
+    assert summed.metrics["nll"] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("name", ["cpo", "rrhf"])
+def test_unknown_nll_reduction_is_an_error(name):
+    with pytest.raises(ValueError, match="nll_reduction 'token'"):
+        losses.get(name)(pairs(*EXAMPLE), nll_reduction="token")
 
 
 def test_cpo_without_nll_is_dpo_with_a_uniform_reference():
@@ -183,13 +199,15 @@ def test_cpo_without_nll_is_dpo_with_a_uniform_reference():
         torch.testing.assert_close(cpo, dpo_loss(inp, beta=0.3, label_smoothing=eps).loss)
 
 
-def test_cpo_nll_pushes_the_chosen_up():
-    """The NLL adds -α/B to dL/dlogπ(y_w) and nothing to the rejected."""
+@pytest.mark.parametrize(("reduction", "per_pair"), [("mean", -2.0 / 5), ("sum", -2.0 / 2)])
+def test_cpo_nll_pushes_the_chosen_up(reduction, per_pair):
+    """The NLL adds -α/N (mean; N = 5 chosen tokens) or -α/B (sum; B = 2) to dL/dlogπ(y_w), α = 2,
+    and nothing to the rejected."""
     a, b = pairs(*EXAMPLE, grad=True), pairs(*EXAMPLE, grad=True)
     losses.get("cpo")(a, cpo_alpha=0.0).loss.backward()
-    losses.get("cpo")(b, cpo_alpha=2.0).loss.backward()
+    losses.get("cpo")(b, cpo_alpha=2.0, nll_reduction=reduction).loss.backward()
     torch.testing.assert_close(
-        b.chosen_logps.grad - a.chosen_logps.grad, torch.full((2,), -1.0, dtype=torch.float64)
+        b.chosen_logps.grad - a.chosen_logps.grad, torch.full((2,), per_pair, dtype=torch.float64)
     )
     torch.testing.assert_close(b.rejected_logps.grad, a.rejected_logps.grad)
     assert (a.rejected_logps.grad > 0).all() and (a.chosen_logps.grad < 0).all()
@@ -299,14 +317,17 @@ def test_rrhf_hand_value():
     """Scores p = sum/len: chosen (-2, -2); rejected with sums (-9, -1) over (3, 1) tokens: (-3, -1).
 
     Pair 1 ranked right: max(0, -3 + 2) = 0.  Pair 2 wrong: max(0, -1 + 2) = 1.  L_rank = ½(0 + 1).
-    L_ft = -½(-4 - 6) = 5 (summed log-probs of the chosen).  With w = 2: L = 2·½ + 5 = 6.
-    With length_penalty = 0 the scores are the sums: L_rank = ½[max(0, -9 + 4) + max(0, -1 + 6)] = 2.5.
+    L_ft = -½(-4/2 - 6/3) = 2 (token mean of each chosen, as the authors' code, averaged over the
+    prompts).  With w = 2: L = 2·½ + 2 = 3.  ``nll_reduction="sum"`` (version 1): L_ft = -½(-4 - 6) = 5,
+    L = 6.  With length_penalty = 0 the scores are the sums: L_rank = ½[max(0, -9 + 4) + max(0, -1 + 6)] = 2.5.
     """
     inp = pairs([-4.0, -6.0], [-9.0, -1.0], [2, 3], [3, 1])
     out = losses.get("rrhf")(inp, rrhf_weight=2.0, length_penalty=1.0)
-    assert out.loss.item() == pytest.approx(6.0, rel=1e-12)
+    assert out.loss.item() == pytest.approx(3.0, rel=1e-12)
     assert out.metrics["rank_loss"] == pytest.approx(0.5)
-    assert out.metrics["nll"] == pytest.approx(5.0)
+    assert out.metrics["nll"] == pytest.approx(2.0)
+    summed = losses.get("rrhf")(inp, rrhf_weight=2.0, nll_reduction="sum")
+    assert summed.loss.item() == pytest.approx(6.0, rel=1e-12)
     unnormalised = losses.get("rrhf")(inp, rrhf_weight=1.0, length_penalty=0.0)
     assert unnormalised.metrics["rank_loss"] == pytest.approx(2.5)
 
@@ -316,13 +337,18 @@ def test_rrhf_hinge_has_no_gradient_once_ranked_right():
     inp = pairs([-4.0, -6.0], [-9.0, -1.0], [2, 3], [3, 1], grad=True)
     losses.get("rrhf")(inp, rrhf_weight=2.0).loss.backward()
     torch.testing.assert_close(inp.rejected_logps.grad, torch.tensor([0.0, 1.0], dtype=torch.float64))
-    # chosen: -1/B from L_ft, and pair 2 also -w/(B·|y_w|) = -1/3 from the hinge
-    torch.testing.assert_close(inp.chosen_logps.grad, torch.tensor([-0.5, -0.5 - 1 / 3], dtype=torch.float64))
+    # chosen: -1/(B·|y_w|) from L_ft = (-1/4, -1/6), and pair 2 also -w/(B·|y_w|) = -1/3 from the hinge
+    torch.testing.assert_close(
+        inp.chosen_logps.grad, torch.tensor([-0.25, -1 / 6 - 1 / 3], dtype=torch.float64)
+    )
 
 
-def test_rrhf_without_ranking_is_sequence_nll():
-    """w = 0: only L_ft = -mean_b log π(y_w|x) remains (the paper's summed NLL)."""
+def test_rrhf_without_ranking_is_token_mean_nll():
+    """w = 0: only L_ft remains: -mean_b log π(y_w|x)/|y_w| = -½(-4/2 - 6/3) = 2 (the authors' token
+    mean); with ``nll_reduction="sum"`` the paper's summed NLL -½(-4 - 6) = 5."""
     out = losses.get("rrhf")(pairs(*EXAMPLE), rrhf_weight=0.0)
+    assert out.loss.item() == pytest.approx(2.0)
+    out = losses.get("rrhf")(pairs(*EXAMPLE), rrhf_weight=0.0, nll_reduction="sum")
     assert out.loss.item() == pytest.approx(5.0)
 
 

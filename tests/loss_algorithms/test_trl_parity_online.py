@@ -38,7 +38,7 @@ from trl.trainer.utils import nanstd  # noqa: E402
 
 import losses  # noqa: E402
 from losses import LossInputs  # noqa: E402
-from losses.grpo import group_advantages  # noqa: E402
+from losses._online import group_advantages  # noqa: E402
 from losses.rloo import kl_penalised_rewards, leave_one_out_advantages  # noqa: E402
 from losses.sgrpo import ADV_EPS as SGRPO_EPS  # noqa: E402
 
@@ -241,12 +241,18 @@ def test_grpo_matches_trl_grpo(on_policy):
     _check(ours, trl_loss, r["logps"])
 
 
-@pytest.mark.parametrize("max_completion_length", [None, 16])
-def test_dr_grpo_matches_trl_dr_grpo(max_completion_length):
+@pytest.mark.parametrize("limit", ["width", 16])
+@pytest.mark.parametrize("from_inputs", [True, False], ids=["LossInputs", "hparam"])
+def test_dr_grpo_matches_trl_dr_grpo(limit, from_inputs):
+    """TRL divides by its configured ``max_completion_length`` (the generation limit); ours takes it
+    from ``LossInputs.max_completion_length`` (as the trainer fills it) or from the hyper-parameter."""
     r = rollouts(5)
     adv = trl_group_advantages(r["rewards"], scale=False)
-    ours = losses.get("dr_grpo")(our_inputs(r), max_completion_length=max_completion_length)
-    length = max_completion_length or r["mask"].size(1)
+    length = r["mask"].size(1) if limit == "width" else limit
+    inputs = our_inputs(r)
+    if from_inputs:
+        inputs.max_completion_length = length
+    ours = losses.get("dr_grpo")(inputs, **({} if from_inputs else {"max_completion_length": length}))
     trl_loss, _ = trl_grpo(
         r, adv, loss_type="dr_grpo", beta=0.0, epsilon_low=0.2, epsilon_high=0.2, max_completion_length=length
     )

@@ -6,8 +6,8 @@ attributes their loss methods read, then ``get_batch_loss_metrics`` (CPO, ORPO) 
 ``_compute_loss`` (KTO) runs the model forward and the loss exactly as in training. Our losses
 get log-probs from an independent plain forward of the same model. rtol 1e-5.
 
-Where we deviate from TRL on purpose (CPO's NLL reduction, ORPO's NLL over prompt tokens),
-the test checks the exact relation between the two instead.
+Where we deviate from TRL on purpose (ORPO's NLL over prompt tokens; CPO's optional summed NLL,
+``nll_reduction="sum"``), the test checks the exact relation between the two instead.
 """
 
 from __future__ import annotations
@@ -186,18 +186,32 @@ def test_cpo_preference_term_matches_trl(model, tok, label_smoothing):
     assert_reward_metrics_match(out, metrics)
 
 
-def test_cpo_nll_is_trls_token_mean_rescaled_to_sequence_sums(model, tok):
-    """Deliberate deviation: TRL's NLL is the token mean over the N chosen tokens of the batch; ours is
-    the paper's -E[log π(y_w|x)], the mean over B pairs of the summed log-prob: ours = TRL · N / B."""
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
+def test_cpo_matches_trl_at_its_defaults(model, tok, label_smoothing):
+    """The whole CPO loss, NLL included, at the defaults (β = 0.1, α = 1, ``nll_reduction="mean"``):
+    TRL's NLL is the token mean over the chosen response tokens of the batch, and so is ours.
+    (Version 1 summed per response: 33.30 here against TRL's 7.61.)"""
+    batch = pair_batch(tok)
+    loss, metrics = trl_cpo(model, batch, label_smoothing=label_smoothing)
+    out = losses.get("cpo")(pair_inputs(model, batch), label_smoothing=label_smoothing)
+    close(out.loss, loss)
+    close(out.metrics["nll"], metrics["nll_loss"])
+    assert_reward_metrics_match(out, metrics)
+
+
+def test_cpo_summed_nll_is_trls_token_mean_rescaled_to_sequence_sums(model, tok):
+    """``nll_reduction="sum"`` is the paper's -E[log π(y_w|x)], the mean over B pairs of the summed
+    log-prob; TRL's NLL is the token mean over the N chosen tokens of the batch: sum = TRL · N / B."""
     batch = pair_batch(tok)
     inputs = pair_inputs(model, batch)
     n_tokens, pairs = inputs.chosen_mask.sum(), inputs.chosen_mask.shape[0]
     prefer, _ = trl_cpo(model, batch, cpo_alpha=0.0)
     full, metrics = trl_cpo(model, batch, cpo_alpha=1.5)
-    out = losses.get("cpo")(inputs, cpo_alpha=1.5)
+    out = losses.get("cpo")(inputs, cpo_alpha=1.5, nll_reduction="sum")
     close(out.metrics["nll"], metrics["nll_loss"] * n_tokens / pairs)
     close(out.loss, prefer + 1.5 * metrics["nll_loss"] * n_tokens / pairs)
     assert abs(out.loss.item() - full.item()) > 1.0  # the two reductions really differ here
+    close(losses.get("cpo")(inputs, cpo_alpha=1.5).loss, full)
 
 
 # --------------------------------------------------------------------------- ORPOTrainer

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from losses import LossInputs, LossOutput, LossSpec
 
 
-def sigmoid_margin_loss(inputs: LossInputs, *, beta: float, gamma: float) -> LossOutput:
+def sigmoid_margin_loss(inputs: LossInputs, *, beta: float = 0.1, gamma: float = 0.5) -> LossOutput:
     inputs.require(
         "example_sigmoid_margin", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"
     )

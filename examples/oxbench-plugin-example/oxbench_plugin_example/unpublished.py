@@ -27,7 +27,7 @@ import torch
 from losses import LossInputs, LossOutput, LossSpec
 
 
-def hinge_mean_logp_loss(inputs: LossInputs, *, beta: float, gamma: float) -> LossOutput:
+def hinge_mean_logp_loss(inputs: LossInputs, *, beta: float = 2.0, gamma: float = 1.0) -> LossOutput:
     inputs.require("example_unpublished", "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen = beta * inputs.chosen_logps / inputs.chosen_mask.sum(-1).clamp(min=1.0)
     rejected = beta * inputs.rejected_logps / inputs.rejected_mask.sum(-1).clamp(min=1.0)
