@@ -311,7 +311,9 @@ def _styles(methods: Sequence[str]) -> dict[str, tuple[str, str]]:
 def _extra_metrics(arms: pd.DataFrame) -> list[tuple[str, str]]:
     """(column, label) for OOD accuracy and each best@k present in the runs."""
     present = [c for c in arms.columns if c not in RUN_COLUMNS and arms[c].notna().any()]
-    extra = [(OOD, "OOD acc. (%)")] if OOD in present else []
+    honest = [("accuracy_verified", "verified (%)"), ("accuracy_flexible", "flexible (%)")]
+    extra = [(c, label) for c, label in honest if c in present]
+    extra += [(OOD, "OOD acc. (%)")] if OOD in present else []
     best = sorted((int(m.group(1)), c) for c in present if (m := BEST_AT.match(c)))
     return extra + [(c, f"best@{k} (%)") for k, c in best]
 
@@ -350,9 +352,34 @@ def _scale_sections(arms, summary, tests, scales, params, metric, baseline, styl
                 "params": _params(int(params[scale])),
                 "table": table,
                 "has_baseline": baseline in cells.index,
+                "floor": _floor_line(arms[arms["scale"] == scale]),
             }
         )
     return sections
+
+
+def _floor_line(runs: pd.DataFrame) -> str:
+    """What every arm of a scale starts from and what guessing scores: the base model's metrics
+    (before post-training) and the task's chance level, read from the runs' records."""
+    parts = []
+    for col, label in (
+        ("base_accuracy", "strict"),
+        ("base_accuracy_flexible", "flexible"),
+        ("base_accuracy_verified", "verified"),
+    ):
+        if col in runs.columns and runs[col].notna().any():
+            parts.append(f"{label} {_pct(float(runs[col].mean()))}%")
+    best = sorted((int(m.group(1)), c) for c in runs.columns if (m := re.match(r"base_best_at_(\d+)$", c)))
+    if best and runs[best[-1][1]].notna().any():
+        k, col = best[-1]
+        avg = f"base_avg_at_{k}"
+        if avg in runs.columns and runs[avg].notna().any():
+            parts.append(f"pass@1 {_pct(float(runs[avg].mean()))}%")
+        parts.append(f"pass@{k} {_pct(float(runs[col].mean()))}%")
+    line = "Base model: " + ", ".join(parts) if parts else ""
+    if "chance" in runs.columns and runs["chance"].notna().any():
+        line += ("; " if line else "") + f"chance {_pct(float(runs['chance'].mean()))}%"
+    return line
 
 
 def _leaderboard_columns(metric: str, extra: list) -> list[Column]:

@@ -1,41 +1,63 @@
-"""Pre-train every rung of the tiny ladder with the quickstart's budget and measure its base accuracy.
+"""Pre-train rungs of the tiny ladder with a recipe's settings and print each base model's table.
 
-    python benchmarks/ladder.py [--recipe recipes/quickstart.yaml] [--scales tiny-xs tiny-s tiny-m tiny-l]
+    python benchmarks/ladder.py [--recipe recipes/quickstart.yaml] [--scales tiny-xs tiny-m]
+                                [--set task.max_operand=50 --set model.pretrain.steps=800 ...]
 
 Uses (and fills) the same cache as the grids, so a rung pre-trained here is not pre-trained again.
-Prints a markdown table: parameters, pre-training seconds (and the CPU threads it ran on),
-final loss, base greedy accuracy (strict), flexible and out-of-distribution.
+Prints a markdown table per rung: parameters, pre-training seconds, final loss, and the base model's
+greedy strict / flexible / verified accuracy, the task's chance level, and the sampled pass@1 and
+pass@k (``eval.k`` of the recipe, strict grader) that show the headroom RL can reach.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from oxbench.grid import expand, load_grid
+import yaml
+
+from oxbench.grid import _set, expand, load_grid
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.models.pretrain import read_info
 from oxbench.runner import base_metrics
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--recipe", default="recipes/quickstart.yaml")
     ap.add_argument("--scales", nargs="+", default=["tiny-xs", "tiny-s", "tiny-m", "tiny-l"])
+    ap.add_argument("--set", action="append", default=[], help="dotted.key=value (YAML value)")
     args = ap.parse_args()
     cell = expand(load_grid(args.recipe))[0]
-    print("| rung | parameters | pre-training | threads | final loss | base accuracy | flexible | OOD |")
-    print("|---|---|---|---|---|---|---|---|")
+    d = cell.model_dump()
+    for item in args.set:
+        key, _, value = item.partition("=")
+        _set(d, key, yaml.safe_load(value))
+    cell = type(cell)(**d)
+    k = cell.eval.k
+    print(
+        f"| rung | parameters | pre-training | final loss | strict | flexible | verified | chance "
+        f"| pass@1 | pass@{k} | OOD |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    from oxbench.eval.evaluate import test_rows
+    from oxbench.tasks import chance_accuracy
+
+    chance = chance_accuracy(cell.task.model_dump(), test_rows(cell))
     for scale in args.scales:
         cfg = cell.model_copy(update={"model": cell.model.model_copy(update={"name": scale})})
-        path, key = base_model_path(cfg, verbose=False)
+        path, key = base_model_path(cfg, verbose=True)
         info = read_info(path)
         model, _ = load_model(path, cfg, init_seed=0)
         m = base_metrics(cfg, path, key)
         print(
-            f"| {scale} | {count_parameters(model):,} | {info['seconds']:.0f} s | {info.get('torch_threads', '?')} | "
-            f"{info['final_loss']:.3f} | "
-            f"{100 * m['base_accuracy']:.1f}% | {100 * m['base_accuracy_flexible']:.1f}% | "
-            f"{100 * m['base_ood_accuracy']:.1f}% |",
+            f"| {scale} | {count_parameters(model):,} | {info['seconds']:.0f} s | {info['final_loss']:.3f} | "
+            f"{pct(m['base_accuracy'])} | {pct(m['base_accuracy_flexible'])} | "
+            f"{pct(m.get('base_accuracy_verified'))} | {pct(chance)} | {pct(m.get(f'base_avg_at_{k}'))} | "
+            f"{pct(m.get(f'base_best_at_{k}'))} | {pct(m.get('base_ood_accuracy'))} |",
             flush=True,
         )
 

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "--prepare":
         from oxbench.runner import prepare_shared
 
-        prepare_shared(RunConfig(**json.loads(Path(argv[1]).read_text())), verbose=False)
+        prepare_shared(RunConfig(**json.loads(Path(argv[1]).read_text())), verbose=True)
         return 0
     cfg = RunConfig(**json.loads(Path(argv[0]).read_text()))
     out = Path(argv[1])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -107,12 +108,25 @@ def print_plan(cells, out: Path) -> dict:
 
 
 def summary_table(records: list[dict], title: str) -> Table:
-    """Mean ± std over seeds per scale x method (greedy strict accuracy, OOD, best@k)."""
+    """Mean ± std over seeds per scale x method: chance, the base model, greedy strict accuracy and its
+    verified (working checked) and flexible forms, OOD, best@k."""
     cells: dict[tuple, list[dict]] = {}
     for r in records:
         cells.setdefault((r.get("scale"), r.get("method")), []).append(r)
     t = Table(title=title)
-    for col in ("scale", "method", "seeds", "base", "accuracy", "flexible", "ood", "best@k", "failed"):
+    for col in (
+        "scale",
+        "method",
+        "seeds",
+        "chance",
+        "base",
+        "accuracy",
+        "verified",
+        "flexible",
+        "ood",
+        "best@k",
+        "failed",
+    ):
         t.add_column(col, no_wrap=True)
 
     def fmt(vals):
@@ -130,8 +144,10 @@ def summary_table(records: list[dict], title: str) -> Table:
             str(scale),
             str(method),
             str(len(ok)),
+            fmt([x.get("chance") for x in m]),
             fmt([x.get("base_accuracy") for x in m]),
             fmt([x.get("accuracy") for x in m]),
+            fmt([x.get("accuracy_verified") for x in m]),
             fmt([x.get("accuracy_flexible") for x in m]),
             fmt([x.get("ood_accuracy") for x in m]),
             fmt([x.get(best) for x in m]) if best else "-",
@@ -144,7 +160,12 @@ def summary_table(records: list[dict], title: str) -> Table:
 def run(
     grid: Path | None = typer.Option(None, "--grid", help="A grid recipe (recipes/*.yaml)."),
     config: Path | None = typer.Option(None, "--config", help="A single-cell RunConfig YAML/JSON."),
-    out: Path = typer.Option(Path("results"), "--out", help="Where run records go: OUT/<grid>/<run_id>/."),
+    out: Path = typer.Option(
+        Path("runs"),
+        "--out",
+        help="Where run records go: OUT/<grid>/<run_id>/. The default, runs/, is git-ignored; "
+        "committed studies are written with --out results.",
+    ),
     plan: bool = typer.Option(False, "--plan", help="Print the cells and their status; run nothing."),
     executor: str = typer.Option("local", "--executor", help="local | ray | slurm"),
     workers: int = typer.Option(1, "--workers", help="Cells run at once (local, ray)."),
@@ -185,15 +206,19 @@ def run(
 
 
 def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from oxbench import executors
+    from oxbench.utils import progress_line
 
+    t0 = time.monotonic()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=err_console,
     ) as bar:
         task = bar.add_task("cells", total=len(todo))
@@ -205,8 +230,13 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
                 if rec.get("status") == "finished" and acc is not None
                 else rec.get("error")
             )
-            bar.console.print(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}", highlight=False)
             bar.advance(task)
+            done = int(bar.tasks[0].completed)
+            where = progress_line("cells", done, len(todo), time.monotonic() - t0)
+            bar.console.print(
+                f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where.split(': ', 1)[1]}]",
+                highlight=False,
+            )
 
         if executor == "local":
 

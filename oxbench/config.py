@@ -8,9 +8,10 @@ saved inside every ``run.json``; its hash is the ``run_id``.
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from oxbench.utils import content_hash
 
@@ -35,6 +36,28 @@ class PretrainSettings(Strict):
     lr: float = 3e-3
     n_examples: int = 4000
     seed: int = 1234
+    # share of pre-training solutions ending in each answer style (oxbench.tasks.arith.ANSWER_STYLES);
+    # None: all "#### N" (the graded format). E.g. {gsm8k: 0.3, sentence: 0.7} makes a base whose
+    # arithmetic is intact but whose format often fails strict match (the reference study's mechanism).
+    answer_styles: dict[str, float] | None = None
+
+    @field_validator("answer_styles")
+    @classmethod
+    def _styles_sum_to_one(cls, v):
+        if v is None:
+            return v
+        from oxbench.tasks.arith import ANSWER_STYLES
+
+        for name, share in v.items():
+            if name not in ANSWER_STYLES:
+                close = difflib.get_close_matches(name, list(ANSWER_STYLES), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(ANSWER_STYLES)})"
+                raise ValueError(f"unknown answer style {name!r}{hint}")
+            if not math.isfinite(share) or share < 0:
+                raise ValueError(f"share of style {name!r} must be a finite number >= 0, got {share}")
+        if abs(sum(v.values()) - 1.0) > 1e-6:
+            raise ValueError(f"style shares must sum to 1, got {sum(v.values()):g}")
+        return v
 
 
 class ModelConfig(Strict):
@@ -47,10 +70,24 @@ class ModelConfig(Strict):
 class TaskConfig(Strict):
     name: Literal["arith", "gsm8k"] = "arith"
     steps: int = 2  # arith: operations per problem
-    max_operand: int = 30  # arith: largest operand
+    max_operand: int = 40  # arith: largest operand (40: chance 1.6% with steps 2)
     path: str | None = None  # gsm8k: a directory with train/test files, a HF dataset id, or the train file
     test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_positive(cls, v):
+        if v < 1:
+            raise ValueError(f"arith needs at least 1 operation per problem, got {v} (no problems)")
+        return v
+
+    @field_validator("max_operand")
+    @classmethod
+    def _operand_range(cls, v):
+        if v < 2:
+            raise ValueError(f"arith needs max_operand >= 2, got {v} (no problems)")
+        return v
 
     @model_validator(mode="after")
     def _gsm8k_needs_path(self):
@@ -73,6 +110,7 @@ class TrainConfig(Strict):
     grad_accum: int = 1
     lr: float = 1e-6
     warmup_ratio: float = 0.1
+    schedule: Literal["cosine", "constant"] = "cosine"  # after warm-up: cosine to min_lr_ratio, or flat
     min_lr_ratio: float = 0.0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
@@ -94,6 +132,7 @@ class OnlineConfig(Strict):
     temperature: float = 1.0
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
+    n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
 
 
 class EvalConfig(Strict):

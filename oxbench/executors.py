@@ -95,18 +95,25 @@ def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | No
     """Pre-train / generate what one shared key needs, in a child process; (seconds, error)."""
     cfg_file = _config_file(c, Path(out) / ".prepare")
     t0 = time.monotonic()
+    last = "?"
     try:
-        proc = subprocess.run(
+        # its progress lines (pre-training, self-play, base evaluation, each with an ETA) stream
+        # through to the user; the last line is kept as the error if it fails
+        with subprocess.Popen(
             [sys.executable, "-m", "oxbench.cell", "--prepare", str(cfg_file)],
-            capture_output=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
             preexec_fn=_die_with_parent,
             env=_child_env(workers),
-        )
+        ) as proc:
+            for line in proc.stderr:
+                if line.strip():
+                    last = line.strip()
+                    print(f"  [{c.model.name}] {last}", file=sys.stderr, flush=True)
     finally:
         cfg_file.unlink(missing_ok=True)
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return time.monotonic() - t0, f"preparing {c.model.name} for {c.method}: {last}"
     return time.monotonic() - t0, None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import itertools
 from pathlib import Path
 from typing import Any
@@ -174,8 +175,20 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
 
             for split in ("train", "test"):
                 load_task_split(cfg.task.model_dump(), split, local_only=True)
+        else:
+            _check_arith_sizes(cfg.task.steps, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
     except (losses.LossError, ModelError, TaskError) as exc:
         raise GridError(f"{where}: {exc}") from None
+    except ValueError as exc:  # the knobs allow fewer distinct problems than asked for
+        raise GridError(f"{where}: field 'task': {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _check_arith_sizes(steps: int, max_operand: int, n_train: int | None, n_test: int | None) -> None:
+    from oxbench.tasks import arith
+
+    arith.generate("train", n_train, steps=steps, max_operand=max_operand)
+    arith.generate("test", n_test, steps=steps, max_operand=max_operand)
 
 
 def load_run_config(path: str | Path) -> RunConfig:

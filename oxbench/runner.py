@@ -61,17 +61,17 @@ def shared_label(cfg: RunConfig) -> str:
 
 
 def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
-    """Greedy accuracy of the untrained base model on this cell's evaluation (cached): the
-    starting point every arm of a scale shares, so each run's gain over it is visible."""
+    """The untrained base model's metrics on this cell's evaluation, greedy and sampled (cached by
+    base and evaluation settings): the starting point every arm of a scale shares, so each run's
+    gain over it, and the headroom left (best@k above avg@k), is visible."""
     e = cfg.eval
     key = content_hash(
         {
             "base": base_key,
             "task": cfg.task.model_dump(),
-            "n_test": e.n_test,
-            "n_ood": e.n_ood,
-            "max_new_tokens": e.max_new_tokens,
-            "v": 1,
+            "eval": e.model_dump(),
+            "seed": cfg.seeds()["eval"],
+            "v": 2,
         }
     )
     path = cache_root() / "base_eval" / f"base-{key}.json"
@@ -88,13 +88,9 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
         ),
         init_seed=0,
     )
-    greedy_only = cfg.model_copy(update={"eval": e.model_copy(update={"k": 0})})
-    metrics, _ = evaluate(model, tok, greedy_only, seed=0)
-    out = {
-        "base_accuracy": metrics["accuracy"],
-        "base_accuracy_flexible": metrics["accuracy_flexible"],
-        "base_ood_accuracy": metrics["ood_accuracy"],
-    }
+    metrics, _ = evaluate(model, tok, cfg, seed=cfg.seeds()["eval"])
+    skip = ("n_test", "n_ood", "chance", "ood_chance", "sampled_problems", "samples_per_problem")
+    out = {f"base_{k}": v for k, v in metrics.items() if k not in skip}
     write_json_atomic(path, out)
     return out
 
@@ -117,9 +113,10 @@ def prepare_data(
     cfg: RunConfig, spec, model, tok, base_key: dict, *, verbose: bool
 ) -> tuple[list[dict], dict]:
     """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
+    if spec.data == "online" or spec.generates_own_pairs:  # prompts from the whole train split
+        prompts = load_task_split(cfg.task.model_dump(), "train", n=cfg.online.n_prompts, seed=0)
+        return prompts, {"prompts": len(prompts)}
     train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
-    if spec.data == "online" or spec.generates_own_pairs:
-        return train, {"prompts": len(train)}
     if not needs_self_play(spec):
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
     d = cfg.data

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -55,11 +57,36 @@ def write_jsonl_atomic(path: Path, rows) -> None:
         raise
 
 
-def progress(iterable, description: str, *, enabled: bool = True, total: int | None = None):
-    """A rich progress bar on a terminal (stderr), plain iteration otherwise."""
+def progress(
+    iterable, description: str, *, enabled: bool = True, total: int | None = None, every_s: float = 10.0
+):
+    """Iterate with live progress and an ETA on stderr: a rich bar on a terminal; otherwise (a log
+    file, a pipe to the grid runner) a plain line every ``every_s`` seconds and one at the end."""
     if not enabled:
         yield from iterable
         return
-    from rich.progress import track
+    total = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else None)
+    if sys.stderr.isatty():
+        from rich.progress import track
 
-    yield from track(iterable, description=description, total=total, transient=True)
+        yield from track(iterable, description=description, total=total, transient=True)
+        return
+    start = last = time.monotonic()
+    done = 0
+    for item in iterable:
+        yield item
+        done += 1
+        now = time.monotonic()
+        if now - last >= every_s or done == total:
+            last = now
+            print(progress_line(description, done, total, now - start), file=sys.stderr, flush=True)
+
+
+def progress_line(description: str, done: int, total: int | None, elapsed: float) -> str:
+    """``"pretrain tiny-m: 120/500 (24%), 25 s elapsed, ETA 79 s"``."""
+    if not total:
+        return f"{description}: {done} done, {elapsed:.0f} s elapsed"
+    eta = elapsed / max(1, done) * (total - done)
+    return (
+        f"{description}: {done}/{total} ({100 * done / total:.0f}%), {elapsed:.0f} s elapsed, ETA {eta:.0f} s"
+    )

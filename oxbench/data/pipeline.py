@@ -64,6 +64,7 @@ def self_play(
         num_return_sequences=k,
         batch_size=max(1, 256 // k),
         generator_seed=seed,
+        progress_label=f"self-play: {len(rows)} prompts x {k} samples" if verbose else None,
     )
     samples = []
     for r, comps in zip(rows, outs):

@@ -29,6 +29,7 @@ from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
 from oxbench.engine.reference import LiveReference, RefCache
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.tasks.grading import is_correct
+from oxbench.utils import progress
 
 
 class NonFiniteLoss(RuntimeError):
@@ -69,12 +70,15 @@ class PolicyWithValue(nn.Module):
         return self.lm.device
 
 
-def warmup_cosine(total: int, warmup_ratio: float, min_ratio: float = 0.0):
+def warmup_cosine(total: int, warmup_ratio: float, min_ratio: float = 0.0, *, constant: bool = False):
+    """Linear warm-up, then cosine decay to ``min_ratio`` (or a flat 1 with ``constant``)."""
     warmup = int(round(total * warmup_ratio))
 
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / (warmup + 1)
+        if constant:
+            return 1.0
         frac = (step - warmup) / max(1, total - warmup)
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
@@ -87,7 +91,9 @@ def build_engine(model, cfg: RunConfig, total_steps: int):
     t = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total_steps, t.warmup_ratio, t.min_lr_ratio))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, warmup_cosine(total_steps, t.warmup_ratio, t.min_lr_ratio, constant=t.schedule == "constant")
+    )
     ds_config = {
         "train_micro_batch_size_per_gpu": t.batch_size,
         "gradient_accumulation_steps": t.grad_accum,
@@ -132,9 +138,21 @@ def _mean_metrics(items: list[dict]) -> dict:
     return {k: sum(d[k] for d in items if k in d) / sum(1 for d in items if k in d) for k in sorted(keys)}
 
 
-def _log(history, logger, engine, step, micro_metrics, extra):
+def _grad_norm(engine) -> float | None:
+    """The pre-clipping global gradient norm, read just before ``engine.step()`` at a boundary.
+
+    DeepSpeed reports it on its ZeRO paths but returns ``None`` on the fp32 ZeRO-0 path, so there it
+    is computed from the gradients (already averaged over ranks and accumulation steps)."""
+    if engine.zero_optimization_stage() != 0:
+        return None
+    sq = sum(p.grad.detach().float().pow(2).sum() for p in engine.module.parameters() if p.grad is not None)
+    return float(sq) ** 0.5
+
+
+def _log(history, logger, engine, step, micro_metrics, extra, grad_norm=None):
     row = {"step": step, "lr": engine.get_lr()[0], **_mean_metrics(micro_metrics), **extra}
     gn = engine.get_global_grad_norm()
+    gn = grad_norm if gn is None else gn
     if gn is not None:
         row["grad_norm"] = float(gn)
     history.append(row)
@@ -201,7 +219,7 @@ def train_offline(
 
     engine.train()
     step, acc = 0, []
-    for i, (epoch, mb) in enumerate(micro):
+    for i, (epoch, mb) in enumerate(progress(micro, f"{run}: train (micro-batches)", enabled=D.is_main())):
         chunk = [examples[j] for j in mb]
         inputs = build_offline_inputs(
             spec.data,
@@ -218,12 +236,21 @@ def train_offline(
         _check_finite(out, run, step)
         engine.backward(out.loss)
         boundary = engine.is_gradient_accumulation_boundary()
+        gn = _grad_norm(engine) if boundary else None
         engine.step()
         acc.append({"loss": out.loss.item(), **out.metrics})
         if boundary:
             step += 1
             if step % t.log_every == 0 or step == n_steps:
-                _log(res.history, logger, engine, step, acc, {"epoch": epoch, "elapsed": time.time() - start})
+                _log(
+                    res.history,
+                    logger,
+                    engine,
+                    step,
+                    acc,
+                    {"epoch": epoch, "elapsed": time.time() - start},
+                    gn,
+                )
             acc = []
             if live_ref is not None and spec.updates_reference and sync_every and step % sync_every == 0:
                 live_ref.refresh(full_state_dict(engine), mix)
@@ -306,7 +333,7 @@ def train_online(
     mix = float(hparams.get("ref_model_mixup_alpha", 1.0))
     consumed, version = [], 0
     engine.train()
-    for rnd in range(o.steps):
+    for rnd in progress(range(o.steps), f"{run}: online rounds", enabled=D.is_main()):
         rows = _round_prompts(prompts, rnd, per_rank, sampler)
         consumed += [r["id"] for r in rows]
         if rnd % o.sync_every == 0:
@@ -321,24 +348,34 @@ def train_online(
             group_offset=rk * per_rank,
         )
         rewards = torch.tensor([r.reward for r in experience])
+        stats = rollout_stats(experience, ws)
         old_values: dict[int, torch.Tensor] = {}  # value head at rollout time, per micro-batch
         for _ in range(o.inner_epochs):
             acc = []
             for m in range(t.grad_accum):
                 part = experience[m * per_micro * o.n : (m + 1) * per_micro * o.n]
+                diag = {}
                 if spec.generates_own_pairs:
                     inputs = _pair_inputs(spec, engine, worker, live_ref, part, tokenizer)
                 else:
-                    inputs = _rollout_inputs(
-                        spec, engine, worker, live_ref, part, tokenizer.pad_token_id, version
+                    inputs, diag = _rollout_inputs(
+                        spec,
+                        engine,
+                        worker,
+                        live_ref,
+                        part,
+                        tokenizer.pad_token_id,
+                        version,
+                        o.max_new_tokens,
                     )
                     if inputs.values is not None:
                         inputs.old_values = old_values.setdefault(m, inputs.values.detach())
                 out = spec.fn(inputs, **hparams)
                 _check_finite(out, run, version)
                 engine.backward(out.loss)
+                gn = _grad_norm(engine) if m == t.grad_accum - 1 else None
                 engine.step()
-                acc.append({"loss": out.loss.item(), **out.metrics})
+                acc.append({"loss": out.loss.item(), **out.metrics, **diag})
             version += 1
             if (
                 live_ref is not None
@@ -357,19 +394,43 @@ def train_online(
                     {
                         "round": rnd,
                         "reward_mean": rewards.mean().item(),
-                        "rollouts": len(experience) * ws,
+                        **stats,
                         "elapsed": time.time() - start,
                     },
+                    gn,
                 )
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
     res.steps, res.seconds = version, time.time() - start
     return engine, res
 
 
-def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: int) -> LossInputs:
+def rollout_stats(experience: list, world_size: int = 1) -> dict:
+    """What shows whether RL can learn from a rollout batch (this rank's): the share of groups whose
+    rewards are all the same (they carry no group-relative signal) and the share of rollouts cut off
+    at ``max_new_tokens`` (truncated)."""
+    groups: dict[int, set] = {}
+    for r in experience:
+        groups.setdefault(r.group, set()).add(r.reward)
+    return {
+        "rollouts": len(experience) * world_size,
+        "zero_variance_groups": sum(len(v) == 1 for v in groups.values()) / max(1, len(groups)),
+        "truncated": sum(not r.finished for r in experience) / max(1, len(experience)),
+    }
+
+
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean entropy (nats) of the policy's next-token distribution over the completion tokens."""
+    logp = logits.float().log_softmax(-1)
+    ent = -(logp.exp() * logp).sum(-1)
+    return float((ent * mask).sum() / mask.sum().clamp(min=1))
+
+
+def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: int, max_new_tokens: int):
+    """(LossInputs, diagnostics) for one micro-batch of rollouts."""
     batch = collate(worker.encode(part), pad_id)
     out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    logp, mask = logps_from_output(out, batch)
+    logp, mask, logits = logps_from_output(out, batch, return_logits=True)
     inp = LossInputs(
         token_logps=logp,
         mask=mask,
@@ -379,12 +440,13 @@ def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: 
         group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
         policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
         current_version=version,
+        max_completion_length=max_new_tokens,
     )
     if live_ref is not None:
         inp.ref_token_logps = live_ref.logps(batch)[0]
     if spec.needs_value_model:
         inp.values = out["value"][:, :-1] * mask
-    return inp
+    return inp, {"entropy": token_entropy(logits, mask)}
 
 
 def _pair_inputs(spec, engine, worker, live_ref, part, tokenizer) -> LossInputs:

@@ -6,6 +6,11 @@
   ``1 - C(n-c, k) / C(n, k)``); ``worst_at_k``: the probability that all ``k`` samples are
   correct, ``C(c, k) / C(n, k)``; from ``n`` samples per problem with ``c`` correct.
 * ``ood_accuracy``: greedy strict accuracy on the out-of-distribution variant of the task.
+* ``accuracy_verified``: strict-correct *and* every line of working right (the right operation on
+  the right numbers with the right result), for tasks whose working can be checked (``arith``);
+  ``None`` otherwise. A wrong working that lands on the right number counts in ``accuracy`` only.
+* ``chance`` (and ``ood_chance``): the accuracy of guessing each answer from the training
+  answers' distribution, the floor any accuracy should be read against.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from math import comb
 from oxbench.config import RunConfig
 from oxbench.data.formatting import format_prompt
 from oxbench.eval.generation import generate
-from oxbench.tasks import load_task_split
+from oxbench.tasks import chance_accuracy, load_task_split, verify_working
 from oxbench.tasks.grading import is_correct
 
 
@@ -52,16 +57,32 @@ def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list
         o[0]
         for o in generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens, batch_size=e.batch_size)
     ]
+    task = cfg.task.model_dump()
     strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
     flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
+    working = [verify_working(task, c, r["answer"]) for c, r in zip(greedy, rows)]
+    verified = [None if w is None else bool(s and w) for s, w in zip(strict, working)]
+    checkable = all(v is not None for v in verified)
     metrics = {
         "accuracy": sum(strict) / len(rows),
         "accuracy_flexible": sum(flexible) / len(rows),
+        "accuracy_verified": sum(verified) / len(rows) if checkable else None,
+        "accuracy_verified_flexible": (
+            sum(bool(f and w) for f, w in zip(flexible, working)) / len(rows) if checkable else None
+        ),
+        "chance": chance_accuracy(task, rows),
         "n_test": len(rows),
     }
     outcomes = [
-        {"id": r["id"], "split": "test", "correct": s, "correct_flexible": f, "completion": c}
-        for r, s, f, c in zip(rows, strict, flexible, greedy)
+        {
+            "id": r["id"],
+            "split": "test",
+            "correct": s,
+            "correct_flexible": f,
+            "verified": v,
+            "completion": c,
+        }
+        for r, s, f, v, c in zip(rows, strict, flexible, verified, greedy)
     ]
     ood = ood_rows(cfg)
     if ood:
@@ -77,6 +98,7 @@ def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list
         ]
         ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
         metrics["ood_accuracy"] = sum(ok) / len(ood)
+        metrics["ood_chance"] = chance_accuracy({**task, "name": "arith_ood"}, ood)
         metrics["n_ood"] = len(ood)
         outcomes += [
             {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from oxbench.utils import progress
+
 
 @torch.no_grad()
 def generate(
@@ -18,6 +20,7 @@ def generate(
     generator_seed: int | None = None,
     top_p: float = 1.0,
     return_finished: bool = False,
+    progress_label: str | None = None,
 ) -> list[list]:
     """Completions for every prompt: ``out[i]`` has ``num_return_sequences`` strings.
 
@@ -29,7 +32,8 @@ def generate(
     model.eval()
     tokenizer.padding_side = "left"
     results: list[list[str]] = []
-    for start in range(0, len(prompts), batch_size):
+    starts = range(0, len(prompts), batch_size)
+    for start in progress(starts, progress_label or "", enabled=progress_label is not None):
         chunk = prompts[start : start + batch_size]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(model.device) for k, v in enc.items()}

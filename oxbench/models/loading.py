@@ -7,9 +7,12 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 from oxbench.config import RunConfig
 from oxbench.models.tiny import LADDER, is_tiny
+
+hf_logging.disable_progress_bar()  # a bar per weight load would bury oxbench's own progress lines
 
 
 class ModelError(ValueError):
@@ -34,6 +37,7 @@ def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]
             n_examples=p.n_examples,
             seed=p.seed,
             task=task,
+            answer_styles=p.answer_styles,
         )
         path = ensure_pretrained(pcfg, verbose=verbose)
         return str(path), {"model": name, "pretrain_key": pcfg.key()}

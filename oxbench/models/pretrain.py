@@ -48,9 +48,25 @@ class PretrainConfig(BaseModel):
     seed: int = 1234
     n_examples: int = 4000
     task: dict = {"name": "arith", "steps": 2, "max_operand": 30}
+    answer_styles: dict[str, float] | None = None  # None: every solution ends "#### N"
 
     def key(self) -> str:
-        return content_hash({"version": PRETRAIN_VERSION, **self.model_dump()})
+        # the style mix enters the key only when set, so gold-format bases keep their old keys
+        fields = self.model_dump()
+        if fields["answer_styles"] is None:
+            del fields["answer_styles"]
+        return content_hash({"version": PRETRAIN_VERSION, **fields})
+
+
+def styled_rows(rows: list[dict], styles: dict[str, float] | None, seed: int) -> list[dict]:
+    """Each row's answer restyled to a style drawn (seeded) from ``styles``; unchanged if ``None``."""
+    if not styles:
+        return rows
+    from oxbench.tasks.arith import restyle
+
+    rng = random.Random(f"styles/{seed}")
+    names, weights = list(styles), list(styles.values())
+    return [{**r, "answer": restyle(r["answer"], rng.choices(names, weights)[0])} for r in rows]
 
 
 def pretrain_dir(cfg: PretrainConfig) -> Path:
@@ -68,6 +84,7 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
     torch.manual_seed(cfg.seed)
     model = build_tiny(cfg.scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     rows = load_task_split(cfg.task, "train", n=cfg.n_examples, seed=cfg.seed, distinct=False)
+    rows = styled_rows(rows, cfg.answer_styles, cfg.seed)
     seqs = [
         encode_pair(tok, format_prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512)
         for r in rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from oxbench.tasks import arith
 
 
@@ -26,7 +28,7 @@ def load_task_split(
         variant = "ood" if name == "arith_ood" else "id"
         return arith.generate(
             split,
-            n or 1000,
+            n,
             seed=seed,
             steps=task.get("steps", 2),
             max_operand=task.get("max_operand", 30),
@@ -46,3 +48,23 @@ def load_task_split(
             return []
         return load_gsm8k(source, split=split, limit=n)
     raise ValueError(f"unknown task {name!r}")
+
+
+def verify_working(task: dict, completion: str, answer: str) -> bool | None:
+    """Whether every line of a completion's working is right, for tasks whose working can be
+    checked (``arith``); ``None`` for the others (GSM8K's prose cannot be)."""
+    if task["name"] in ("arith", "arith_ood"):
+        return arith.working_is_correct(completion, answer)
+    return None
+
+
+def chance_accuracy(task: dict, test_rows: list[dict], *, n_train: int = 5000) -> float:
+    """The accuracy of guessing: each test answer drawn from the training answers' distribution,
+    ``sum_a p_train(a) * p_test(a)`` (``n_train`` training rows, or the whole file if smaller)."""
+    from oxbench.tasks.grading import reference_answer
+
+    train = load_task_split(task, "train", n=n_train, seed=0, distinct=False)  # draws, with repetition
+    counts = Counter(reference_answer(r["answer"]) for r in train)
+    total = sum(counts.values())
+    hits = sum(counts[reference_answer(r["answer"])] / total for r in test_rows)
+    return hits / max(1, len(test_rows))

@@ -17,11 +17,22 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 
 NAMES = ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gus", "Hana", "Ivy", "Jon", "Kim", "Leo", "Mia", "Ned"]
 OBJECTS = ["apples", "pens", "cards", "coins", "books", "shells", "stamps", "eggs", "rocks", "cups"]
 PLACES = ["shelf", "box", "jar", "bag", "basket", "crate"]
 TEST_FRACTION_MOD = 5  # one problem in five (by content hash) belongs to the test split
+POOL_SIZE = 10_000  # the "whole" train split of a procedural task: what online arms draw prompts from
+
+# How a solution states its final answer. ``gsm8k`` is the graded format (strict match needs it);
+# the others keep every line of working but end in words, so only the flexible grader scores them.
+ANSWER_STYLES = {
+    "gsm8k": "#### {n}",
+    "sentence": "The answer is {n}.",
+    "so": "So there are {n} in all.",
+}
+_EQUATION = re.compile(r"(-?\d+) ([+\-]) (\d+) = (-?\d+)")
 
 
 def _split_of(key: str) -> str:
@@ -73,7 +84,7 @@ def _story_ood(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> st
 
 def generate(
     split: str = "train",
-    n: int = 1000,
+    n: int | None = 1000,
     *,
     seed: int = 0,
     steps: int = 2,
@@ -84,8 +95,11 @@ def generate(
     """``n`` problems ``{"question", "answer", "id"}`` of one split, distinct unless ``distinct=False``
     (pre-training draws with repetition from the split).
 
-    Raises ``ValueError`` if the knobs allow fewer than ``n`` distinct problems.
+    ``n=None`` is the whole split: :data:`POOL_SIZE` problems, or every distinct one the knobs allow
+    if there are fewer. Raises ``ValueError`` if the knobs allow fewer than an explicit ``n``.
     """
+    whole = n is None
+    n = POOL_SIZE if whole else n
     if split not in ("train", "test"):
         raise ValueError(f"arith: split must be 'train' or 'test', got {split!r}")
     if variant not in ("id", "ood"):
@@ -95,9 +109,12 @@ def generate(
     actual_steps = steps
     story = _story_ood if variant == "ood" else _story_id
     rng = random.Random(f"arith/{variant}/{split}/{seed}/{steps}/{max_operand}")
-    out, seen, attempts = [], set(), 0
+    out, seen, attempts, since_new = [], set(), 0, 0
     while len(out) < n:
         attempts += 1
+        since_new += 1
+        if whole and since_new > 20_000:  # the knobs allow fewer than POOL_SIZE: that is the split
+            break
         if attempts > 200 * n + 10_000:
             raise ValueError(
                 f"arith: only {len(out)} distinct {split} problems for steps={steps}, max_operand={max_operand}"
@@ -107,6 +124,7 @@ def generate(
         if (distinct and key in seen) or _split_of(key) != split:
             continue
         seen.add(key)
+        since_new = 0
         answer, _ = _working(start, ops)
         out.append(
             {
@@ -116,3 +134,23 @@ def generate(
             }
         )
     return out
+
+
+def restyle(answer: str, style: str) -> str:
+    """``answer`` (a gold answer field ending in ``#### N``) with its final line in ``style``."""
+    if style not in ANSWER_STYLES:
+        raise ValueError(f"arith: unknown answer style {style!r} (known: {', '.join(ANSWER_STYLES)})")
+    working, _, n = answer.rpartition("#### ")
+    return working + ANSWER_STYLES[style].format(n=n.strip())
+
+
+def working_lines(text: str) -> list[tuple[int, str, int, int]]:
+    """The equations ``a op b = c`` of a solution, in order."""
+    return [(int(a), op, int(b), int(c)) for a, op, b, c in _EQUATION.findall(text)]
+
+
+def working_is_correct(completion: str, answer: str) -> bool:
+    """Every line of working is the gold one: the right operation on the right numbers with the
+    right result, in order, and nothing extra. The gold working is unique for an arith problem
+    (the running value, then each operation of the story), so equality is the check."""
+    return working_lines(completion) == working_lines(answer)
