@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.stats import _cols, _groups, _require
+from analysis.stats import _cols, _groups, _require, by_arm
 
 #: factor -> (level column, columns held fixed, family restriction or None)
 FACTORS = {
@@ -47,7 +47,8 @@ def leverage(df: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
 
     ``range_points`` (how far the factor moves the metric with everything else fixed):
 
-    1. Cell means: average the runs (seeds) of each (scale, method, lora) cell.
+    1. Cell means: average the runs (seeds) of each (scale, method, lora) cell (of each arm of it,
+       when ``df`` has an ``arm`` column; a method's arms then count once each in step 2).
     2. Level means per context: a *context* is one combination of the held-fixed columns (table
        above). Within a context, a level's mean is the unweighted mean of its cell means (for
        ``scale``, ``loss`` and ``lora`` that is exactly one cell; for ``paradigm`` and
@@ -94,7 +95,8 @@ def _factor_row(name: str, runs: pd.DataFrame, metric: str) -> dict | None:
 
 def _cell_means(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     keep = {"paradigm": ("paradigm", "first"), "online": ("online", "first")}
-    return runs.groupby(_CELL).agg(value=(metric, "mean"), **keep).reset_index()
+    cell = _CELL + (["arm"] if "arm" in runs.columns else [])
+    return runs.groupby(cell).agg(value=(metric, "mean"), **keep).reset_index()
 
 
 def _context_ranges(cells: pd.DataFrame, level: str, fixed: list[str]) -> pd.Series:
@@ -131,8 +133,10 @@ def task_leverage(
     min) of those means (percentage points); ``ratio = ood_spread / id_spread`` (inf when only the
     OOD spread is non-zero, NaN when both are zero); ``id_best``/``ood_best`` = the method with the
     highest mean (first by name on ties). Groups with fewer than two such methods are skipped.
+    With an ``arm`` column the arms are compared (see :func:`analysis.stats.by_arm`).
     """
     cols = _cols(by)
+    df = by_arm(df)
     _require(df, [*cols, "method", id_metric, ood_metric])
     rows = []
     for key, sub in _groups(df, cols):

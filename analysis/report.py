@@ -26,9 +26,13 @@ What is shown, and from which function of :mod:`analysis`:
 * failed runs (:func:`~analysis.load_failed`) and provenance (git shas, config hashes, the union
   of package versions, loss versions, ``data_order_sha`` per run).
 
-When the grid ran both full fine-tuning and LoRA, LoRA arms are shown as ``"<method> (LoRA)"``
-so that no cell mixes the two. When ``baseline`` was not run, the first method (alphabetically)
-present at every scale is used instead and the report says so.
+Every row is an arm (the ``arm`` column of :func:`~analysis.load_runs`): a method, plus the grid
+axes that vary other than scale and seed (``"sgrpo lr=0.0001"``), so seeds are pooled within an
+arm only. When the grid ran both full fine-tuning and LoRA, LoRA arms are shown as
+``"<arm> (LoRA)"`` so that no cell mixes the two. ``baseline`` names an arm or a method; a method
+that ran as several arms is compared through its first arm (alphabetically) and the report says
+so. When ``baseline`` was not run, the first arm (alphabetically) present at every scale is used
+instead and the report says so.
 """
 
 from __future__ import annotations
@@ -144,11 +148,17 @@ def _load(root: Path, metric: str) -> _Data:
 
 
 def _arms(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs with ``method`` relabelled ``"<method> (LoRA)"`` for LoRA runs, if both settings ran."""
+    """Runs with ``method`` relabelled as their arm, and ``"<arm> (LoRA)"`` for LoRA runs if both
+    settings ran (``arm`` follows, so the statistics group by that label; ``method_name`` keeps the
+    method)."""
     arms = runs.copy()
+    arms["method_name"] = arms["method"]
+    if "arm" in arms.columns:
+        arms["method"] = arms["arm"]
     if arms["lora"].nunique() > 1:
-        lora = arms["lora"].astype(bool)
+        lora = arms["lora"].astype(bool) & ~arms["method"].str.endswith(" (LoRA)")
         arms.loc[lora, "method"] = arms.loc[lora, "method"] + " (LoRA)"
+    arms["arm"] = arms["method"]
     return arms
 
 
@@ -159,6 +169,12 @@ def _resolve_baseline(arms: pd.DataFrame, baseline: str, metric: str) -> tuple[s
     scored = arms.dropna(subset=[metric])
     if baseline in set(scored["method"]):
         return baseline, None
+    # the method ran as several arms (a grid axis such as train.lr varies): its first arm
+    own = sorted(
+        m for m in set(scored.loc[scored["method_name"] == baseline, "method"]) if not m.endswith(" (LoRA)")
+    )
+    if own:
+        return own[0], f"Baseline {baseline!r} ran as arms {', '.join(own)}; comparing against {own[0]!r}."
     scales = scored.groupby("method")["scale"].nunique()
     everywhere = sorted(scales[scales == scored["scale"].nunique()].index)
     if everywhere:

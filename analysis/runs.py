@@ -10,6 +10,12 @@ Derived columns:
 * ``online``: ``paradigm == "online"``.
 * ``family``: ``"sft"`` for ``sft``; ``"preference"`` for ``offline``, ``offline_ref_free`` and
   ``unpaired``; ``"online"`` for ``online``.
+* ``arm``: the run's arm as a label (:func:`oxbench.record.arm_label`): the method plus every
+  grid axis that varies other than scale and seed, e.g. ``"sgrpo lr=0.0001"``; just the method when
+  nothing else varies (and for records written before arms were recorded). The statistics pool
+  the seeds of one (scale, arm), never runs that differ in ``train.lr`` or ``online.n``.
+
+Every record is also validated as an :class:`oxbench.record.RunRecord`, the model its writers use.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
+
+from oxbench.record import STATUSES, RunRecord, arm_label
 
 FAMILY = {
     "sft": "sft",
@@ -28,7 +37,6 @@ FAMILY = {
     "unpaired": "preference",
     "online": "online",
 }
-STATUSES = ("finished", "failed", "running")
 
 #: Required run.json keys and the Python types each must have.
 _REQUIRED = {
@@ -49,6 +57,7 @@ RUN_COLUMNS = [
     "scale",
     "scale_params",
     "method",
+    "arm",
     "paradigm",
     "family",
     "online",
@@ -70,7 +79,7 @@ def load_runs(root: str | Path, status: str | Iterable[str] | None = "finished")
 
     Columns: :data:`RUN_COLUMNS` (``path`` is the run directory) followed by one column per metric
     found in any run's ``metrics`` (NaN where a run lacks it, or reports ``null``). Rows are sorted
-    by scale (``scale_params``), method, lora, seed. Every ``run.json`` under ``root`` is validated,
+    by scale (``scale_params``), method, arm, lora, seed. Every ``run.json`` under ``root`` is validated,
     whatever its status.
     """
     wanted = _statuses(status)
@@ -80,7 +89,7 @@ def load_runs(root: str | Path, status: str | Iterable[str] | None = "finished")
     df = pd.DataFrame(rows, columns=RUN_COLUMNS + metrics)
     for name in metrics:
         df[name] = df[name].astype(float)
-    return df.sort_values(["scale_params", "scale", "method", "lora", "seed"], ignore_index=True)
+    return df.sort_values(["scale_params", "scale", "method", "arm", "lora", "seed"], ignore_index=True)
 
 
 def load_failed(root: str | Path) -> pd.DataFrame:
@@ -180,6 +189,12 @@ def _check_record(record: dict, path: Path) -> None:
             f"{path}: malformed run.json (paradigm {record['paradigm']!r} not in {tuple(FAMILY)})"
         )
     record["metrics"] = _check_metrics(record.get("metrics"), record["status"], path)
+    try:
+        RunRecord.model_validate(record)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{path}: malformed run.json ({where!r}: {_one_line_text(first['msg'])})") from None
 
 
 def _check_metrics(metrics: object, status: str, path: Path) -> dict:
@@ -215,6 +230,7 @@ def _is(value: object, kind: type) -> bool:
 def _run_row(record: dict) -> dict:
     row = {key: record[key] for key in _REQUIRED if key != "status"}
     row.update(
+        arm=arm_label(record.get("arm"), record["method"]),
         family=FAMILY.get(record["paradigm"]),
         online=None if record["paradigm"] is None else record["paradigm"] == "online",
         config_hash=record.get("config_hash"),
@@ -289,4 +305,8 @@ def _empty_outcomes() -> pd.DataFrame:
 
 
 def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
+    return _one_line_text(str(err))
+
+
+def _one_line_text(text: str) -> str:
+    return " ".join(text.split())

@@ -4,6 +4,12 @@ Two sources of noise are kept apart:
 
 * **seed noise**: each run (one seed) gives one number per metric. :func:`summarize` and
   :func:`welch_vs_baseline` treat the seeds of a (scale, method) cell as the sample.
+
+Arms: when the table has an ``arm`` column (:func:`analysis.load_runs` gives one), every function
+here reads it in place of ``method`` (:func:`by_arm`), so runs that differ in a grid axis (say
+``train.lr``) are separate arms, never seeds of one, and the ``method`` column of a result names the
+arm (``"sgrpo lr=0.0001"``; a baseline is named the same way). When no axis but scale and seed
+varies the arm is the method and nothing changes.
 * **evaluation noise**: a run's accuracy is an average over a finite test set. :func:`mcnemar`,
   :func:`paired_bootstrap` and :func:`paired_vs_baseline` compare two methods on the *same*
   problems, so problem difficulty cancels out.
@@ -96,6 +102,7 @@ def summarize(
     per-seed values sorted by seed. With n = 1 the std, sem and both intervals are NaN.
     """
     cols = _cols(by)
+    df = by_arm(df)
     _require(df, [*cols, metric, "seed"])
     rows = []
     for key, sub in _groups(df.dropna(subset=[metric]), cols):
@@ -148,6 +155,7 @@ def welch_vs_baseline(
     arms both have zero variance (Welch df undefined) is never ``significant``, whatever its p.
     """
     cols = _cols(by)
+    df = by_arm(df)
     _require(df, [*cols, "method", metric])
     _check_method(df, baseline)
     _check_correction(correction)
@@ -376,7 +384,7 @@ def paired_vs_baseline(
         raise ValueError(f"unknown pool {pool!r}; expected one of {POOLS}")
     _check_correction(correction)
     cols = _cols(by)
-    merged = _join_outcomes(outcomes_df, runs_df, cols, split, column)
+    merged = _join_outcomes(outcomes_df, by_arm(runs_df), cols, split, column)
     _check_method(merged, baseline)
     rows = []
     for key, sub in _groups(merged, cols):
@@ -524,6 +532,7 @@ def rank_table(
     by group (scales by ``scale_params``), then rank, then method name.
     """
     cols = _cols(by)
+    df = by_arm(df)
     _require(df, [*cols, "method", metric])
     rows = []
     for key, sub in _groups(df.dropna(subset=[metric]), cols):
@@ -579,6 +588,13 @@ def _inversion_row(x: pd.Series, y: pd.Series, s: str, t: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Frame helpers (shared with analysis.leverage)
 # ---------------------------------------------------------------------------------------------
+
+
+def by_arm(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its ``method`` column replaced by its ``arm`` column, if it has one (a copy)."""
+    if "arm" not in df.columns:
+        return df
+    return df.assign(method=df["arm"])
 
 
 def _cols(by: str | Sequence[str]) -> list[str]:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 import losses
 from oxbench.grid import GridError, expand, load_grid, load_run_config
+from oxbench.record import arm_label
 from oxbench.runs import read_record, run_dir
 
 app = typer.Typer(
@@ -108,11 +109,12 @@ def print_plan(cells, out: Path) -> dict:
 
 
 def summary_table(records: list[dict], title: str) -> Table:
-    """Mean ± std over seeds per scale x method: chance, the base model, greedy strict accuracy and its
-    verified (working checked) and flexible forms, OOD, best@k."""
+    """Mean ± std over seeds per scale x arm (the method, plus the grid axes that vary: seeds of one
+    arm only are pooled): chance, the base model, greedy strict accuracy and its verified (working
+    checked) and flexible forms, OOD, best@k."""
     cells: dict[tuple, list[dict]] = {}
     for r in records:
-        cells.setdefault((r.get("scale"), r.get("method")), []).append(r)
+        cells.setdefault((r.get("scale"), arm_label(r.get("arm"), str(r.get("method")))), []).append(r)
     t = Table(title=title)
     for col in (
         "scale",
@@ -138,7 +140,7 @@ def summary_table(records: list[dict], title: str) -> Table:
 
     for (scale, method), rs in sorted(cells.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
         ok = [r for r in rs if r.get("status") == "finished"]
-        m = [r.get("metrics", {}) for r in ok]
+        m = [r.get("metrics") or {} for r in ok]
         best = next((k for k in (m[0] if m else {}) if k.startswith("best_at_")), None)
         t.add_row(
             str(scale),
@@ -224,7 +226,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
         task = bar.add_task("cells", total=len(todo))
 
         def on_done(cfg, rec):
-            acc = rec.get("metrics", {}).get("accuracy")
+            acc = (rec.get("metrics") or {}).get("accuracy")
             mark = (
                 f"acc {100 * acc:.1f}%"
                 if rec.get("status") == "finished" and acc is not None
@@ -302,14 +304,19 @@ def list_losses(
 
 
 @app.command()
-def report(directory: Path = typer.Argument(..., help="A results directory (e.g. results/quickstart).")):
+def report(
+    directory: Path = typer.Argument(..., help="A results directory (e.g. results/quickstart)."),
+    baseline: str = typer.Option(
+        "dpo", "--baseline", help="The method (or arm, e.g. 'dpo lr=1e-05') every other arm is compared with."
+    ),
+):
     """Write DIRECTORY/report.html from the run records under it."""
     if not directory.exists():
         fail(f"{directory}: no such results directory")
     from analysis.report import write_report
 
     try:
-        path = write_report(directory)
+        path = write_report(directory, baseline=baseline)
     except ValueError as exc:
         fail(str(exc))
     out_console.print(f"wrote {path}")

@@ -167,6 +167,30 @@ class RunConfig(Strict):
     eval: EvalConfig = EvalConfig()
     loss: dict[str, Any] = Field(default_factory=dict)  # hyper-parameters overriding the loss's defaults
     seed_overrides: Seeds = Seeds()
+    # the dotted paths of the grid axes that vary, other than scale, method and seed (set by
+    # oxbench.grid.expand): with scale, method and LoRA they name the cell's arm. Not part of the
+    # run_id or the config hash, so the same config keeps its id whichever grid it came from.
+    arm_keys: list[str] = []
+
+    def identity(self) -> dict:
+        """The config that identifies the run (everything but ``arm_keys``)."""
+        return self.model_dump(exclude={"arm_keys"})
+
+    def arm(self) -> dict[str, Any]:
+        """The arm this cell belongs to: ``scale``, ``method``, ``lora`` and the value of every key in
+        ``arm_keys``. The seeds of one arm are what the analysis pools."""
+        out: dict[str, Any] = {
+            "scale": self.model.name,
+            "method": self.method,
+            "lora": self.model.lora.enabled,
+        }
+        dumped = self.model_dump()
+        for path in self.arm_keys:
+            value: Any = dumped
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            out[path] = value
+        return out
 
     def seeds(self) -> dict[str, int]:
         """The four seeds of this run. Data order and init follow the run seed; self-play sampling
@@ -185,7 +209,7 @@ class RunConfig(Strict):
             version = losses.get(self.method).version
         except losses.LossError:
             version = None
-        digest = content_hash({"config": self.model_dump(), "loss_version": version}, 10)
+        digest = content_hash({"config": self.identity(), "loss_version": version}, 10)
         return f"{self.model.name.replace('/', '_')}-{self.method}-s{self.seed}-{digest}"
 
 

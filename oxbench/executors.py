@@ -20,8 +20,12 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from oxbench.config import RunConfig
-from oxbench.runs import read_record, run_dir
+from oxbench.record import RunRecord
+from oxbench.runs import read_record, run_dir, write_record
+from oxbench.utils import content_hash
 
 
 def _config_file(cfg: RunConfig, d: Path) -> Path:
@@ -76,19 +80,45 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
     rec = read_record(d)
     if rec is None or rec.get("status") not in ("finished", "failed"):
         tail = (d / "train.log").read_text().strip().splitlines()[-1:] if (d / "train.log").exists() else []
-        rec = {
-            **(rec or {}),
-            "run_id": cfg.run_id(),
-            "status": "failed",
-            "method": cfg.method,
-            "scale": cfg.model.name,
-            "seed": cfg.seed,
-            "error": f"process exited with code {proc.returncode}: {' '.join(tail)[:300]}",
-        }
-        from oxbench.runs import write_record
-
-        write_record(d, rec)
+        rec = failed_record(cfg, out, f"process exited with code {proc.returncode}: {' '.join(tail)[:300]}")
     return rec
+
+
+def failed_record(cfg: RunConfig, out: Path, error: str) -> dict:
+    """Record ``cfg``'s cell as failed with ``error`` when its process died before writing its own
+    record (killed, out of memory, a lost Ray worker or Slurm job): whatever the cell had written
+    (its ``running`` record) plus the identity from its config, so the record is a full
+    :class:`RunRecord` that the analysis reads like any other. Returns the record written."""
+    d = run_dir(out, cfg.grid, cfg.run_id())
+    on_disk = read_record(d) or {}
+    if on_disk.get("status") in ("finished", "failed"):  # the cell got to record its own outcome
+        return on_disk
+    known = {k: v for k, v in on_disk.items() if k in RunRecord.model_fields}
+    provenance = {
+        "seeds": cfg.seeds(),
+        "config": cfg.model_dump(),
+        "config_hash": content_hash(cfg.identity()),
+    }
+    identity = {
+        "run_id": cfg.run_id(),
+        "grid": cfg.grid,
+        "status": "failed",
+        "error": error,
+        "scale": cfg.model.name,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "lora": cfg.model.lora.enabled,
+        "arm": cfg.arm(),
+    }
+    try:
+        rec = RunRecord.model_validate({**provenance, **known, **identity})
+    except ValidationError:  # what is on disk is not a record: keep only what the config says
+        rec = RunRecord.model_validate({**provenance, **identity})
+    try:
+        write_record(d, rec)
+    except OSError:  # a Ray/Slurm driver that does not see the cluster's output directory
+        pass
+    return rec.model_dump(mode="json")
 
 
 def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | None]:
@@ -222,15 +252,7 @@ def run_ray(
             try:
                 rec = ray.get(ref)
             except Exception as exc:  # a dead worker is a failed cell, never a lost one
-                c = refs[ref]
-                rec = {
-                    "run_id": c.run_id(),
-                    "status": "failed",
-                    "method": c.method,
-                    "scale": c.model.name,
-                    "seed": c.seed,
-                    "error": f"ray task failed: {type(exc).__name__}",
-                }
+                rec = failed_record(refs[ref], out, f"ray task failed: {type(exc).__name__}")
             results.append(rec)
             if on_done:
                 on_done(refs[ref], rec)
@@ -260,14 +282,7 @@ def run_slurm(
         try:
             rec = job.result()
         except Exception as exc:
-            rec = {
-                "run_id": c.run_id(),
-                "status": "failed",
-                "method": c.method,
-                "scale": c.model.name,
-                "seed": c.seed,
-                "error": f"slurm job failed: {type(exc).__name__}",
-            }
+            rec = failed_record(c, out, f"slurm job failed: {type(exc).__name__}")
         results.append(rec)
         if on_done:
             on_done(c, rec)

@@ -12,6 +12,9 @@ per-scale overrides. Expanding a grid gives one validated :class:`RunConfig` per
 Axis names: ``scale`` (= ``model.name``), ``method``, ``seed``, ``lora`` (``on``/``off`` =
 ``model.lora.enabled``) or any dotted key of :class:`RunConfig` (``train.lr``,
 ``loss.beta``, ...). Precedence: base < per-scale < per-method < axis value.
+
+Every cell records the axes with more than one value (other than scale, method and seed) in
+``RunConfig.arm_keys``: runs that differ in one of them are different arms, never seeds of one.
 """
 
 from __future__ import annotations
@@ -138,6 +141,10 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
             raise GridError(f"{where}: unknown method {m!r}{hint}")
     cells = []
     names = list(grid.axes)
+    # the axes that tell one arm from another (scale, method and LoRA are always in an arm)
+    arm_keys = [
+        paths[n] for n in names if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
+    ]
     for combo in itertools.product(*(grid.axes[n] for n in names)):
         values = {paths[n]: v for n, v in zip(names, combo)}
         scale = values.get("model.name", grid.base.get("model", {}).get("name"))
@@ -149,6 +156,7 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
                 _set(raw, p, _coerce(p, v))
         except (TypeError, ValueError) as exc:
             raise GridError(f"{where}: {exc}") from None
+        raw["arm_keys"] = list(arm_keys)
         try:
             cfg = RunConfig(**raw)
         except ValidationError as exc:

@@ -20,6 +20,7 @@ from oxbench.engine import distributed as D
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import base_model_path, count_parameters, load_model
+from oxbench.record import RunRecord
 from oxbench.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.tasks import load_task_split
 from oxbench.utils import cache_root, content_hash, write_json_atomic, write_jsonl_atomic
@@ -88,7 +89,7 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
         ),
         init_seed=0,
     )
-    metrics, _ = evaluate(model, tok, cfg, seed=cfg.seeds()["eval"])
+    metrics, _ = evaluate(model, tok, cfg, seed=cfg.seeds()["eval"], label=f"base {cfg.model.name} eval")
     skip = ("n_test", "n_ood", "chance", "ood_chance", "sampled_problems", "samples_per_problem")
     out = {f"base_{k}": v for k, v in metrics.items() if k not in skip}
     write_json_atomic(path, out)
@@ -153,43 +154,40 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     run_id = cfg.run_id()
     d = run_dir(out, cfg.grid, run_id)
     seeds = cfg.seeds()
-    record = {
-        "run_id": run_id,
-        "grid": cfg.grid,
-        "status": "running",
-        "error": None,
-        "scale": cfg.model.name,
-        "method": cfg.method,
-        "seed": cfg.seed,
-        "lora": cfg.model.lora.enabled,
-        "seeds": seeds,
-        "config": cfg.model_dump(),
-        "config_hash": content_hash(cfg.model_dump()),
-        "git_sha": git_sha(),
-        "packages": packages(),
-        "world_size": None,
-    }
+    record = RunRecord(
+        run_id=run_id,
+        grid=cfg.grid,
+        status="running",
+        scale=cfg.model.name,
+        method=cfg.method,
+        seed=cfg.seed,
+        lora=cfg.model.lora.enabled,
+        arm=cfg.arm(),
+        seeds=seeds,
+        config=cfg.model_dump(),
+        config_hash=content_hash(cfg.identity()),
+        git_sha=git_sha(),
+        packages=packages(),
+    )
     t0 = time.time()
     D.init_distributed()
-    record["world_size"] = D.world_size()
+    record.world_size = D.world_size()
     if D.is_main():
         write_record(d, record)
     try:
         spec = losses.get(cfg.method)
         hparams = spec.resolve_hparams(cfg.loss)
-        record.update(
-            paradigm=spec.paradigm,
-            data_kind=spec.data,
-            loss_version=spec.version,
-            loss_hparams=hparams,
-            loss_paper=spec.paper,
-        )
+        record.paradigm = spec.paradigm
+        record.data_kind = spec.data
+        record.loss_version = spec.version
+        record.loss_hparams = hparams
+        record.loss_paper = spec.paper
         base_path, base_key = _on_main_first(lambda: base_model_path(cfg, verbose=verbose and D.is_main()))
         model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
-        record["scale_params"] = count_parameters(model)
+        record.scale_params = count_parameters(model)
         t_data = time.time()
         rows, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
-        record["data"] = stats
+        record.data = stats
         t_train = time.time()
         torch.manual_seed(seeds["init"])
         log = MetricsLog(d / "metrics.jsonl") if D.is_main() else None
@@ -200,8 +198,8 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.model_dump()}}
         )
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
-        record["data_order_sha"] = res.data_order_sha
-        record["steps"] = res.steps
+        record.data_order_sha = res.data_order_sha
+        record.steps = res.steps
         t_eval = time.time()
         state = lm_state(full_state_dict(engine))
         if D.is_main():
@@ -210,27 +208,25 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             if cfg.train.save_model:
                 eval_model.save_pretrained(d / "model")
                 tok.save_pretrained(d / "model")
-            metrics, outcomes = evaluate(eval_model, tok, cfg, seed=seeds["eval"])
+            metrics, outcomes = evaluate(eval_model, tok, cfg, seed=seeds["eval"], label=f"{run_id}: eval")
             final = res.history[-1] if res.history else {}
             metrics["final_loss"] = final.get("loss")
             metrics.update(base_metrics(cfg, base_path, base_key))
-            record["metrics"] = metrics
+            record.metrics = metrics
             write_jsonl_atomic(d / "eval.jsonl", outcomes)
-        record["timing"] = {
+        record.timing = {
             "data_s": round(t_train - t_data, 1),
             "train_s": round(t_eval - t_train, 1),
             "eval_s": round(time.time() - t_eval, 1),
             "total_s": round(time.time() - t0, 1),
         }
-        record["status"] = "finished"
+        record.status = "finished"
     except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
-        record.update(
-            status="failed",
-            error=_one_line(exc),
-            traceback=traceback.format_exc(limit=20),
-            timing={"total_s": round(time.time() - t0, 1)},
-        )
+        record.status = "failed"
+        record.error = _one_line(exc)
+        record.traceback = traceback.format_exc(limit=20)
+        record.timing = {"total_s": round(time.time() - t0, 1)}
     if D.is_main():
         write_record(d, record)
     D.barrier()
-    return record
+    return record.model_dump(mode="json")

@@ -1,8 +1,8 @@
 """Self-describing run records: ``<out>/<grid>/<run_id>/run.json`` plus ``metrics.jsonl``.
 
-Records are written atomically (temp file + rename). A run directory whose ``run.json``
-says ``finished`` is complete; anything else (no record, ``running``, ``failed``) is
-re-run by the grid.
+A record is a :class:`oxbench.record.RunRecord`, written atomically (temp file + rename). A run
+directory whose ``run.json`` says ``finished`` is complete; anything else (no record, ``running``,
+``failed``) is re-run by the grid.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from oxbench.record import RunRecord
 from oxbench.utils import write_json_atomic
 
 PACKAGES = (
@@ -47,13 +48,11 @@ def read_record(path: Path) -> dict | None:
         return None
 
 
-def is_finished(path: Path) -> bool:
-    rec = read_record(path)
-    return bool(rec) and rec.get("status") == "finished"
-
-
-def write_record(path: Path, record: dict) -> None:
-    write_json_atomic(Path(path) / "run.json", record)
+def write_record(path: Path, record: RunRecord | dict) -> None:
+    """Write ``run.json``: a :class:`RunRecord`, or a dict validated as one (whole, unknown keys null)."""
+    if not isinstance(record, RunRecord):
+        record = RunRecord.model_validate(record)
+    write_json_atomic(Path(path) / "run.json", record.model_dump(mode="json"))
 
 
 def packages() -> dict[str, str]:

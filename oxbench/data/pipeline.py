@@ -11,7 +11,6 @@ everything that determines it, so every method of a grid trains on byte-identica
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from oxbench.data.formatting import format_prompt
 from oxbench.eval.generation import generate
@@ -138,7 +137,3 @@ def unpaired_rows(pairs: list[dict]) -> list[dict]:
             }
         )
     return rows
-
-
-def write_dataset_card(path: Path, stats: dict) -> None:
-    write_json_atomic(path, stats)

@@ -51,15 +51,6 @@ def barrier() -> None:
         dist.barrier()
 
 
-def broadcast_object(obj):
-    """Rank 0's ``obj`` on every rank."""
-    if world_size() == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def all_gather_objects(obj) -> list:
     if world_size() == 1:
         return [obj]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oxbench.data.batching import collate, encode_pair, token_logps
+from oxbench.data.batching import encode_pair, token_logps
 from oxbench.data.formatting import format_prompt
 from oxbench.eval.generation import generate
 
@@ -100,7 +100,3 @@ class RolloutWorker:
     def behaviour_logps(self, batch) -> torch.Tensor:
         """Token log-probs under the policy that generated the rollouts (``old_token_logps``)."""
         return token_logps(self.model, batch)[0]
-
-
-def rollout_batch(worker: RolloutWorker, rollouts: list[Rollout], pad_id: int):
-    return collate(worker.encode(rollouts), pad_id)

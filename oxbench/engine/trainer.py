@@ -218,7 +218,7 @@ def train_offline(
     mix = float(hparams.get("ref_model_mixup_alpha", 1.0))
 
     engine.train()
-    step, acc = 0, []
+    step, micro_metrics = 0, []
     for i, (epoch, mb) in enumerate(progress(micro, f"{run}: train (micro-batches)", enabled=D.is_main())):
         chunk = [examples[j] for j in mb]
         inputs = build_offline_inputs(
@@ -238,7 +238,7 @@ def train_offline(
         boundary = engine.is_gradient_accumulation_boundary()
         gn = _grad_norm(engine) if boundary else None
         engine.step()
-        acc.append({"loss": out.loss.item(), **out.metrics})
+        micro_metrics.append({"loss": out.loss.item(), **out.metrics})
         if boundary:
             step += 1
             if step % t.log_every == 0 or step == n_steps:
@@ -247,11 +247,11 @@ def train_offline(
                     logger,
                     engine,
                     step,
-                    acc,
+                    micro_metrics,
                     {"epoch": epoch, "elapsed": time.time() - start},
                     gn,
                 )
-            acc = []
+            micro_metrics = []
             if live_ref is not None and spec.updates_reference and sync_every and step % sync_every == 0:
                 live_ref.refresh(full_state_dict(engine), mix)
     res.steps, res.seconds = step, time.time() - start
@@ -351,7 +351,7 @@ def train_online(
         stats = rollout_stats(experience, ws)
         old_values: dict[int, torch.Tensor] = {}  # value head at rollout time, per micro-batch
         for _ in range(o.inner_epochs):
-            acc = []
+            micro_metrics = []
             for m in range(t.grad_accum):
                 part = experience[m * per_micro * o.n : (m + 1) * per_micro * o.n]
                 diag = {}
@@ -375,7 +375,7 @@ def train_online(
                 engine.backward(out.loss)
                 gn = _grad_norm(engine) if m == t.grad_accum - 1 else None
                 engine.step()
-                acc.append({"loss": out.loss.item(), **out.metrics, **diag})
+                micro_metrics.append({"loss": out.loss.item(), **out.metrics, **diag})
             version += 1
             if (
                 live_ref is not None
@@ -390,7 +390,7 @@ def train_online(
                     logger,
                     engine,
                     version,
-                    acc,
+                    micro_metrics,
                     {
                         "round": rnd,
                         "reward_mean": rewards.mean().item(),

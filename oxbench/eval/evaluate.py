@@ -48,14 +48,23 @@ def ood_rows(cfg: RunConfig) -> list[dict]:
     return load_task_split({**cfg.task.model_dump(), "name": "arith_ood"}, "test", n=cfg.eval.n_ood, seed=0)
 
 
-def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list[dict]]:
-    """(metrics, per-problem outcomes) for one trained model."""
+def evaluate(
+    model, tokenizer, cfg: RunConfig, *, seed: int, label: str | None = None
+) -> tuple[dict, list[dict]]:
+    """(metrics, per-problem outcomes) for one trained model; ``label`` prints progress lines."""
     e = cfg.eval
     rows = test_rows(cfg)
     prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
     greedy = [
         o[0]
-        for o in generate(model, tokenizer, prompts, max_new_tokens=e.max_new_tokens, batch_size=e.batch_size)
+        for o in generate(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=e.max_new_tokens,
+            batch_size=e.batch_size,
+            progress_label=label and f"{label}: greedy, {len(prompts)} problems",
+        )
     ]
     task = cfg.task.model_dump()
     strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
@@ -94,6 +103,7 @@ def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list
                 [format_prompt(tokenizer, r["question"]) for r in ood],
                 max_new_tokens=e.max_new_tokens,
                 batch_size=e.batch_size,
+                progress_label=label and f"{label}: OOD, {len(ood)} problems",
             )
         ]
         ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
@@ -113,11 +123,13 @@ def evaluate(model, tokenizer, cfg: RunConfig, *, seed: int) -> tuple[dict, list
     else:
         metrics["ood_accuracy"] = None
     if e.k > 0:
-        metrics.update(sampled_metrics(model, tokenizer, rows[: e.n_sampled], cfg, seed=seed))
+        metrics.update(sampled_metrics(model, tokenizer, rows[: e.n_sampled], cfg, seed=seed, label=label))
     return metrics, outcomes
 
 
-def sampled_metrics(model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed: int) -> dict:
+def sampled_metrics(
+    model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed: int, label: str | None = None
+) -> dict:
     e = cfg.eval
     n, k = max(e.n_samples, e.k), e.k
     prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
@@ -130,6 +142,7 @@ def sampled_metrics(model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed:
         num_return_sequences=n,
         batch_size=max(1, e.batch_size // n),
         generator_seed=seed,
+        progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
     )
     counts = [sum(is_correct(c, r["answer"]) for c in comps) for comps, r in zip(outs, rows)]
     m = len(rows)

@@ -1,0 +1,88 @@
+"""The run record, ``<out>/<grid>/<run_id>/run.json``, as one typed model: :class:`RunRecord`.
+
+Every writer goes through it (the runner, the executors' fallback for a cell whose process died
+before writing its own record) and :mod:`analysis` validates every record it loads against it, so
+a key the writers add and the readers miss (or the reverse) is an error in a test, not a report
+that fails on a results directory.
+
+The record is written whole (``model_dump(mode="json")``): a key not known yet is ``null``.
+
+This module imports nothing but pydantic: :mod:`analysis` uses it and must stay free of the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+
+#: A run's life: ``running`` while its process lives, then ``finished`` or ``failed``;
+#: ``preempted`` for a run its scheduler stopped (re-run like ``failed``).
+STATUSES = ("finished", "failed", "running", "preempted")
+Status = Literal["finished", "failed", "running", "preempted"]
+
+#: Keys of an arm's identity that the label shows otherwise (scale, seed) or not at all.
+_UNLABELLED = {"scale", "method", "lora", "seed", "model.name", "model.lora.enabled"}
+
+
+class RunRecord(BaseModel):
+    """``run.json``. The identity keys are always present; the rest fill in as the run goes on."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # identity (every record, including an executor's fallback for a dead cell process)
+    run_id: StrictStr
+    grid: StrictStr
+    status: Status
+    error: str | None = None
+    scale: StrictStr
+    method: StrictStr
+    seed: StrictInt
+    lora: StrictBool
+    #: the arm: scale, method, lora and every grid axis that varies (dotted path -> value);
+    #: the seeds of one arm are what the analysis pools. Empty in records written before it existed.
+    arm: dict[str, Any] = {}
+    # provenance, from the RunConfig and the machine (set when the run starts)
+    seeds: dict[str, int] | None = None
+    config: dict[str, Any] | None = None
+    config_hash: str | None = None
+    git_sha: str | None = None
+    packages: dict[str, str] | None = None
+    world_size: int | None = None
+    # the loss (set once it is resolved)
+    paradigm: str | None = None
+    data_kind: str | None = None
+    loss_version: int | None = None
+    loss_hparams: dict[str, Any] | None = None
+    loss_paper: str | None = None
+    # the model, data and training
+    scale_params: int | None = None
+    data: dict[str, Any] | None = None
+    data_order_sha: str | None = None
+    steps: int | None = None
+    # results
+    metrics: dict[str, int | float | None] | None = None
+    timing: dict[str, float] | None = None
+    traceback: str | None = None
+
+
+def arm_label(arm: dict[str, Any] | None, method: str) -> str:
+    """A stable one-line name for an arm: the method, then ``key=value`` for each varying axis other
+    than scale and seed (sorted by key; the last part of the dotted path unless two keys share it),
+    then `` (LoRA)`` when LoRA was a grid axis and is on. ``"sgrpo lr=0.0001"``; just the method
+    when no axis but scale and seed varies (and for records written before arms existed)."""
+    arm = arm or {}
+    keys = sorted(k for k in arm if k not in _UNLABELLED)
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    parts = [str(arm.get("method", method))]
+    for key, tail in zip(keys, tails):
+        parts.append(f"{tail if tails.count(tail) == 1 else key}={_value(arm[key])}")
+    label = " ".join(parts)
+    return label + " (LoRA)" if arm.get("model.lora.enabled") is True else label
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True, separators=(",", ":"))
+    return str(v)  # repr for floats: exact, so two learning rates never share a label
