@@ -196,3 +196,37 @@ def test_cli_writes_to_git_ignored_runs_by_default():
     assert "runs/" in help_text
     ignored = (Path(__file__).parents[1] / ".gitignore").read_text().splitlines()
     assert "/runs/" in ignored
+
+
+@pytest.mark.parametrize(
+    "over, needles",
+    [
+        (
+            {"model": {"pretrain": {"answer_styles": {"gsm8k": 0.3, "sentence": 0.6}}}},
+            ["answer_styles", "sum to 1"],
+        ),
+        (
+            {"model": {"pretrain": {"answer_styles": {"gsm8k": 0.3, "boxd": 0.7}}}},
+            ["answer_styles", "'boxd'"],
+        ),
+        (
+            {"task": {"steps": 1, "max_operand": 3}, "eval": {"n_test": 500}},
+            ["field 'task'", "distinct train problems"],
+        ),
+        ({"task": {"steps": 0}}, ["task.steps", "no problems"]),
+    ],
+)
+def test_bad_testbed_knobs_are_one_line_errors_before_any_work(tmp_path, over, needles):
+    import yaml
+    from typer.testing import CliRunner
+
+    from oxbench.cli import app
+
+    grid = {"name": "g", "base": {"model": {"name": "tiny-xs"}, **over}, "axes": {"method": ["sft"]}}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    res = CliRunner().invoke(app, ["run", "--grid", str(path), "--out", str(tmp_path / "o"), "--plan"])
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    for n in needles:
+        assert n in res.output, res.output
