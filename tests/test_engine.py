@@ -38,7 +38,8 @@ def train(method: str, path: str, **train_kw):
 def test_three_trainer_steps_change_parameters(method, micro_model_dir):
     engine, res, before = train(method, micro_model_dir)
     assert res.steps == 3
-    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res.history)
+    logged = [h["loss"] for h in res.history if "loss" in h]  # a step whose pairs all tie logs none
+    assert logged and all(torch.isfinite(torch.tensor(x)) for x in logged)
     module = engine.module.lm if hasattr(engine.module, "lm") else engine.module
     changed = any(not torch.equal(before[k], v.detach()) for k, v in module.named_parameters() if k in before)
     assert changed, f"{method}: three steps left every parameter unchanged"

@@ -5,18 +5,24 @@ would) and generates with the KV cache. ``sync`` copies the trainer's current we
 and stamps them with the policy version; every :class:`Rollout` records the version that
 produced it. Synchronising every step gives on-policy RL; synchronising less often gives
 rollouts from stale policies (asynchronous RL), with the staleness visible to the loss.
+
+A rollout keeps the token ids exactly as sampled and the behaviour log-probs captured in the
+generation pass; the trainer trains on those ids and never re-tokenises the decoded text (with
+byte-level BPE, decode -> encode gives other tokens than the ones sampled).
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from oxbench.data.batching import encode_pair, token_logps
+from oxbench.data.batching import collate
 from oxbench.data.formatting import format_prompt
-from oxbench.eval.generation import generate
+from oxbench.eval.generation import sample
+
+LOGITS_BUDGET = 4 * 2**30  # bytes of per-step fp32 logits one generation batch may hold (output_logits)
 
 
 @dataclass
@@ -24,11 +30,36 @@ class Rollout:
     prompt_id: str
     question: str
     answer: str  # gold answer field, for the grader
-    completion: str
+    completion: str  # decoded text (special tokens skipped), for the grader and pair methods' logs
     reward: float
     group: int  # rollouts of the same prompt share a group
     policy_version: int
     finished: bool = True  # ended with end-of-sequence (else truncated at max_new_tokens)
+    prompt_ids: list[int] = field(default_factory=list)  # as fed to the sampler, no padding
+    completion_ids: list[int] = field(default_factory=list)  # as sampled, with the EOS if finished
+    # per completion token: log-prob at temperature 1 under the weights that sampled (old_token_logps)
+    behaviour_logps: list[float] = field(default_factory=list)
+
+    def sequence(self, max_len: int) -> tuple[list[int], int]:
+        """``(prompt + completion ids, prompt length)``, truncated to ``max_len``: :func:`collate`'s input."""
+        return (self.prompt_ids + self.completion_ids)[:max_len], len(self.prompt_ids)
+
+
+def collate_rollouts(rollouts: list[Rollout], pad_id: int, max_len: int) -> tuple[dict, torch.Tensor]:
+    """The training batch built from the sampled ids, and ``old_token_logps`` (B, T-1) in its layout.
+
+    ``token_logps[:, t]`` scores ``input_ids[:, t+1]``, so completion token ``j`` (at position
+    ``prompt_len + j``) has its behaviour log-prob at column ``prompt_len + j - 1``: exactly where
+    ``response_mask[:, 1:]`` is 1. Zero elsewhere, like the policy's token log-probs.
+    """
+    seqs = [r.sequence(max_len) for r in rollouts]
+    batch = collate(seqs, pad_id)
+    old = torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
+    for i, ((ids, plen), r) in enumerate(zip(seqs, rollouts)):
+        k = len(ids) - plen
+        if k > 0:
+            old[i, plen - 1 : plen - 1 + k] = torch.tensor(r.behaviour_logps[:k])
+    return batch, old
 
 
 class RolloutWorker:
@@ -43,6 +74,11 @@ class RolloutWorker:
         self.model.load_state_dict(state_dict, strict=False)
         self.version = version
 
+    def _batch_prompts(self, n: int, max_new_tokens: int) -> int:
+        """Prompts per generation batch: 256 sequences, fewer if their per-step logits would pass the budget."""
+        per_prompt = n * max_new_tokens * self.model.config.vocab_size * 4
+        return max(1, min(256 // n, LOGITS_BUDGET // per_prompt))
+
     def rollouts(
         self,
         rows: list[dict],
@@ -54,49 +90,34 @@ class RolloutWorker:
         reward_fn,
         group_offset: int = 0,
     ) -> list[Rollout]:
-        prompts = [format_prompt(self.tokenizer, r["question"]) for r in rows]
-        outs = generate(
+        """``n`` samples per row, each with its ids, behaviour log-probs, text and reward."""
+        samples = sample(
             self.model,
             self.tokenizer,
-            prompts,
+            [format_prompt(self.tokenizer, r["question"]) for r in rows],
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             num_return_sequences=n,
-            batch_size=max(1, 256 // n),
+            batch_size=self._batch_prompts(n, max_new_tokens),
             generator_seed=seed,
-            return_finished=True,
         )
         result = []
-        for g, (r, comps) in enumerate(zip(rows, outs)):
-            for c, done in comps:
+        for g, (r, group) in enumerate(zip(rows, samples)):
+            for s in group:
+                text = self.tokenizer.decode(s.completion_ids, skip_special_tokens=True)
                 result.append(
                     Rollout(
                         r["id"],
                         r["question"],
                         r["answer"],
-                        c,
-                        float(reward_fn(c, r["answer"])),
+                        text,
+                        float(reward_fn(text, r["answer"])),
                         group_offset + g,
                         self.version,
-                        done,
+                        s.finished,
+                        s.prompt_ids,
+                        s.completion_ids,
+                        s.logps,
                     )
                 )
         return result
-
-    def encode(self, rollouts: list[Rollout]) -> list[tuple[list[int], int]]:
-        tok = self.tokenizer
-        # completions are decoded without special tokens; a finished one gets its EOS back
-        return [
-            encode_pair(
-                tok,
-                format_prompt(tok, r.question),
-                r.completion + (tok.eos_token if r.finished else ""),
-                self.max_len,
-            )
-            for r in rollouts
-        ]
-
-    @torch.no_grad()
-    def behaviour_logps(self, batch) -> torch.Tensor:
-        """Token log-probs under the policy that generated the rollouts (``old_token_logps``)."""
-        return token_logps(self.model, batch)[0]

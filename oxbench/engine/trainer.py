@@ -22,12 +22,13 @@ import torch.nn as nn
 
 from losses import LossInputs, LossSpec
 from oxbench.config import RunConfig
-from oxbench.data.batching import collate, logps_from_output
+from oxbench.data.batching import encode_pair, logps_from_output
+from oxbench.data.formatting import format_completion, format_prompt
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
 from oxbench.engine.reference import LiveReference, RefCache
-from oxbench.engine.rollout import RolloutWorker
+from oxbench.engine.rollout import RolloutWorker, collate_rollouts
 from oxbench.tasks.grading import is_correct
 from oxbench.utils import progress
 
@@ -354,17 +355,18 @@ def train_online(
             micro_metrics = []
             for m in range(t.grad_accum):
                 part = experience[m * per_micro * o.n : (m + 1) * per_micro * o.n]
-                diag = {}
+                diag, tied = {}, False
                 if spec.generates_own_pairs:
-                    inputs = _pair_inputs(spec, engine, worker, live_ref, part, tokenizer)
+                    inputs, tied = _pair_inputs(spec, engine, live_ref, part, tokenizer, worker.max_len)
+                    diag = {"skipped_tied": float(tied)}
                 else:
                     inputs, diag = _rollout_inputs(
                         spec,
                         engine,
-                        worker,
                         live_ref,
                         part,
                         tokenizer.pad_token_id,
+                        worker.max_len,
                         version,
                         o.max_new_tokens,
                     )
@@ -372,10 +374,10 @@ def train_online(
                         inputs.old_values = old_values.setdefault(m, inputs.values.detach())
                 out = spec.fn(inputs, **hparams)
                 _check_finite(out, run, version)
-                engine.backward(out.loss)
+                engine.backward(out.loss * 0.0 if tied else out.loss)
                 gn = _grad_norm(engine) if m == t.grad_accum - 1 else None
                 engine.step()
-                micro_metrics.append({"loss": out.loss.item(), **out.metrics, **diag})
+                micro_metrics.append(diag if tied else {"loss": out.loss.item(), **out.metrics, **diag})
             version += 1
             if (
                 live_ref is not None
@@ -426,16 +428,19 @@ def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
     return float((ent * mask).sum() / mask.sum().clamp(min=1))
 
 
-def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: int, max_new_tokens: int):
-    """(LossInputs, diagnostics) for one micro-batch of rollouts."""
-    batch = collate(worker.encode(part), pad_id)
+def _rollout_inputs(
+    spec, engine, live_ref, part, pad_id: int, max_len: int, version: int, max_new_tokens: int
+):
+    """(LossInputs, diagnostics) for one micro-batch of rollouts: the sampled ids, and the behaviour
+    log-probs captured when they were sampled as ``old_token_logps`` (no second forward, no re-tokenising)."""
+    batch, old = collate_rollouts(part, pad_id, max_len)
     out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     logp, mask, logits = logps_from_output(out, batch, return_logits=True)
     inp = LossInputs(
         token_logps=logp,
         mask=mask,
         logps=logp.sum(-1),
-        old_token_logps=worker.behaviour_logps(batch),
+        old_token_logps=old.to(logp.device),
         rewards=torch.tensor([r.reward for r in part], dtype=torch.float32),
         group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
         policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
@@ -449,40 +454,39 @@ def _rollout_inputs(spec, engine, worker, live_ref, part, pad_id: int, version: 
     return inp, {"entropy": token_entropy(logits, mask)}
 
 
-def _pair_inputs(spec, engine, worker, live_ref, part, tokenizer) -> LossInputs:
-    """Pairs from the current policy's samples: best vs worst (``self_play``) or gold vs sample (``gold``)."""
+def _pair_examples(spec, part, tokenizer, max_len: int) -> list[dict]:
+    """One pair example per group with a preference, in sampled ids: best vs worst sample
+    (``self_play``; a group whose rewards all tie has none) or gold vs a wrong sample (``gold``)."""
     by_group: dict[int, list] = {}
     for r in part:
         by_group.setdefault(r.group, []).append(r)
-    rows = []
+    examples = []
     for g, rs in by_group.items():
         if spec.chosen_source == "gold":
-            chosen = rs[0].answer
-            rejected = next((r.completion for r in rs if not r.reward), rs[0].completion)
+            gold = format_completion(tokenizer, rs[0].answer)
+            chosen = encode_pair(tokenizer, format_prompt(tokenizer, rs[0].question), gold, max_len)
+            rejected = next((r for r in rs if not r.reward), rs[0]).sequence(max_len)
         else:
-            best = max(rs, key=lambda r: r.reward)
-            worst = min(rs, key=lambda r: r.reward)
+            best, worst = max(rs, key=lambda r: r.reward), min(rs, key=lambda r: r.reward)
             if best.reward == worst.reward:
                 continue
-            chosen, rejected = best.completion, worst.completion
-        rows.append(
-            {
-                "id": f"{rs[0].prompt_id}/{g}",
-                "question": rs[0].question,
-                "chosen": chosen,
-                "rejected": rejected,
-            }
-        )
-    weight = 1.0
-    if not rows:  # every group tied: a zero-weight pair keeps the ranks' collectives in step
-        rs = part[0]
-        rows, weight = (
-            [{"id": "tie", "question": rs.question, "chosen": rs.completion, "rejected": rs.completion}],
-            0.0,
-        )
-    examples = encode_examples("pairs", rows, tokenizer, worker.max_len)
-    inp = build_offline_inputs("pairs", engine, examples, tokenizer.pad_token_id, live_ref=live_ref)
-    if weight == 0.0:
-        inp.chosen_logps = inp.chosen_logps * 0 + inp.chosen_logps.detach()
-        inp.rejected_logps = inp.rejected_logps * 0 + inp.rejected_logps.detach() - 1.0
-    return inp
+            chosen, rejected = best.sequence(max_len), worst.sequence(max_len)
+        examples.append({"id": f"{rs[0].prompt_id}/{g}", "chosen": chosen, "rejected": rejected})
+    return examples
+
+
+def _pair_inputs(spec, engine, live_ref, part, tokenizer, max_len: int) -> tuple[LossInputs, bool]:
+    """(LossInputs, tied) for one micro-batch of a method that makes its own pairs.
+
+    ``tied``: no group has a preference (every reward equal). The forward still runs, on one sample
+    paired with itself, so that every rank makes the same collective calls, and the trainer multiplies
+    that loss by zero: the micro-batch adds no gradient (it still counts in DeepSpeed's average over
+    micro-batches and ranks) and logs only ``skipped_tied: 1``. Skipping the optimizer step instead would
+    need every micro-batch of every rank tied at once, or drop the pairs the others have.
+    """
+    examples = _pair_examples(spec, part, tokenizer, max_len)
+    tied = not examples
+    if tied:
+        seq = part[0].sequence(max_len)
+        examples = [{"id": "tied", "chosen": seq, "rejected": seq}]
+    return build_offline_inputs("pairs", engine, examples, tokenizer.pad_token_id, live_ref=live_ref), tied

@@ -1,10 +1,26 @@
-"""Batched generation with the KV cache, shared by the evaluator and the online loop."""
+"""Batched generation with the KV cache: text for the evaluator, sampled ids and log-probs for rollouts."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from oxbench.utils import progress
+
+
+def _generate_kwargs(tokenizer, max_new_tokens: int, temperature: float, top_p: float, n: int) -> dict:
+    """HF ``generate`` arguments: plain temperature sampling (``top_k=0``), or greedy at ``temperature == 0``."""
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        use_cache=True,
+        num_return_sequences=n,
+    )
+    if temperature > 0:
+        return {**kwargs, "do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+    return {**kwargs, "do_sample": False}
 
 
 @torch.no_grad()
@@ -37,19 +53,9 @@ def generate(
         chunk = prompts[start : start + batch_size]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(model.device) for k, v in enc.items()}
-        kwargs = dict(
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            use_cache=True,
-            num_return_sequences=num_return_sequences,
-        )
-        if temperature > 0:
-            if generator_seed is not None:
-                torch.manual_seed(generator_seed + start)
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        else:
-            kwargs.update(do_sample=False)
+        kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, num_return_sequences)
+        if temperature > 0 and generator_seed is not None:
+            torch.manual_seed(generator_seed + start)
         out = model.generate(**enc, **kwargs)
         new = out[:, enc["input_ids"].shape[1] :]
         finished = (new == tokenizer.eos_token_id).any(-1).tolist()
@@ -59,3 +65,79 @@ def generate(
             results.append(items[i * num_return_sequences : (i + 1) * num_return_sequences])
     model.train(was_training)
     return results
+
+
+@dataclass
+class Sample:
+    """One sampled sequence exactly as generated (the ids the trainer must train on)."""
+
+    prompt_ids: list[int]  # the prompt's tokens, left padding removed
+    completion_ids: list[int]  # through the first end-of-sequence token if any, no padding after it
+    logps: list[float]  # per completion token: log p(token | prefix) at temperature 1, same weights
+    finished: bool  # emitted end-of-sequence (else cut at max_new_tokens)
+
+
+def _cut_at_eos(row: list[int], eos_id: int) -> tuple[list[int], bool]:
+    """The sampled tokens through the first end-of-sequence (the padding after it dropped)."""
+    if eos_id in row:
+        return row[: row.index(eos_id) + 1], True
+    return row, False
+
+
+def _sampled_logps(step_logits: tuple[torch.Tensor, ...], new: torch.Tensor) -> torch.Tensor:
+    """(B, W) temperature-1 log-prob of each generated token, from HF's unprocessed per-step logits."""
+    cols = [
+        logits.float().log_softmax(-1).gather(1, new[:, s : s + 1]) for s, logits in enumerate(step_logits)
+    ]
+    return torch.cat(cols, 1)
+
+
+@torch.no_grad()
+def sample(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    num_return_sequences: int,
+    batch_size: int,
+    generator_seed: int,
+    top_p: float = 1.0,
+) -> list[list[Sample]]:
+    """Like :func:`generate` (same batching and seeding), but each item is a :class:`Sample`: the ids as
+    sampled and their log-probs captured from the generation pass itself.
+
+    The log-probs are taken from HF's *unprocessed* logits (``output_logits=True``), i.e. at temperature 1,
+    whatever ``temperature`` the sampler used. The losses compare them with the trainer's log-probs, which
+    are temperature-1 log-probs, so on the weights that sampled every ratio is 1 (up to the rounding that
+    separates a cached decoding step from a full forward). Behaviour log-probs at temperature T would
+    make on-policy ratios differ from 1 by the temperature alone.
+    """
+    was_training = model.training
+    model.eval()
+    tokenizer.padding_side = "left"
+    results: list[list[Sample]] = []
+    kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, num_return_sequences)
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(model.device) for k, v in enc.items()}
+        if temperature > 0:
+            torch.manual_seed(generator_seed + start)
+        out = model.generate(**enc, **kwargs, return_dict_in_generate=True, output_logits=True)
+        results += _to_samples(out, enc, tokenizer.eos_token_id, num_return_sequences)
+    model.train(was_training)
+    return results
+
+
+def _to_samples(out, enc: dict, eos_id: int, n: int) -> list[list[Sample]]:
+    """Per prompt of the batch, its ``n`` :class:`Sample` (HF returns a prompt's sequences consecutively)."""
+    new = out.sequences[:, enc["input_ids"].shape[1] :]
+    logps = _sampled_logps(out.logits, new).tolist()
+    prompt_ids = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
+    items = []
+    for j, row in enumerate(new.tolist()):
+        ids, done = _cut_at_eos(row, eos_id)
+        items.append(Sample(prompt_ids[j // n], ids, logps[j][: len(ids)], done))
+    return [items[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
