@@ -15,10 +15,12 @@ import argparse
 
 import yaml
 
+from oxbench.eval.evaluate import test_rows
 from oxbench.grid import _set, expand, load_grid
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.models.pretrain import read_info
 from oxbench.runner import base_metrics
+from oxbench.tasks import chance_accuracy
 
 
 def pct(x) -> str:
@@ -43,9 +45,6 @@ def main() -> None:
         f"| pass@1 | pass@{k} | OOD |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    from oxbench.eval.evaluate import test_rows
-    from oxbench.tasks import chance_accuracy
-
     chance = chance_accuracy(cell.task.model_dump(), test_rows(cell))
     for scale in args.scales:
         cfg = cell.model_copy(update={"model": cell.model.model_copy(update={"name": scale})})

@@ -20,14 +20,16 @@ from pathlib import Path
 
 from scipy import stats
 
+from analysis import load_runs
+
 
 def load(root: Path) -> list[dict]:
+    """The finished runs (:func:`analysis.load_runs`: validated, one metric per key), each with its
+    per-step history from ``metrics.jsonl``."""
     out = []
-    for f in sorted(root.glob("*/run.json")):
-        r = json.loads(f.read_text())
-        if r.get("status") == "finished":
-            rows = [json.loads(x) for x in (f.parent / "metrics.jsonl").read_text().splitlines() if x.strip()]
-            out.append({**r, "_history": rows})
+    for run in load_runs(root).to_dict("records"):
+        lines = (Path(run["path"]) / "metrics.jsonl").read_text().splitlines()
+        out.append({**run, "_history": [json.loads(x) for x in lines if x.strip()]})
     return out
 
 
@@ -51,8 +53,8 @@ def main() -> None:
     runs = load(args.root)
     by: dict[str, list[dict]] = {}
     for r in runs:
-        by.setdefault(r["method"], []).append(r)
-    m0 = runs[0]["metrics"]
+        by.setdefault(r["arm"], []).append(r)
+    m0 = runs[0]
     base = {k: m0[f"base_{k}"] for k in ("accuracy", "accuracy_flexible", "accuracy_verified_flexible")}
     print(
         f"base: strict {100 * base['accuracy']:.1f}, flexible {100 * base['accuracy_flexible']:.1f}, "
@@ -64,17 +66,18 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     means = {}
-    for method, rs in sorted(by.items(), key=lambda kv: -statistics.mean(r["metrics"]["accuracy"] for r in kv[1])):
-        m = [r["metrics"] for r in rs]
-        strict = [x["accuracy"] for x in m]
+    for method, rs in sorted(by.items(), key=lambda kv: -statistics.mean(r["accuracy"] for r in kv[1])):
+        strict = [x["accuracy"] for x in rs]
         means[method] = (statistics.mean(strict), statistics.stdev(strict) if len(strict) > 1 else 0.0)
         p = stats.ttest_1samp(strict, base["accuracy"]).pvalue if len(strict) > 1 else float("nan")
-        d_flex = statistics.mean(x["accuracy_flexible"] for x in m) - base["accuracy_flexible"]
-        d_ver = statistics.mean(x["accuracy_verified_flexible"] for x in m) - base["accuracy_verified_flexible"]
+        d_flex = statistics.mean(x["accuracy_flexible"] for x in rs) - base["accuracy_flexible"]
+        d_ver = (
+            statistics.mean(x["accuracy_verified_flexible"] for x in rs) - base["accuracy_verified_flexible"]
+        )
         rise = reward_rise(rs) if "reward_mean" in rs[0]["_history"][0] else "-"
         print(
-            f"| {method} | {len(rs)} | {mean_sd(strict)} | {mean_sd([x['accuracy_verified'] for x in m])} | "
-            f"{mean_sd([x['accuracy_flexible'] for x in m])} | "
+            f"| {method} | {len(rs)} | {mean_sd(strict)} | {mean_sd([x['accuracy_verified'] for x in rs])} | "
+            f"{mean_sd([x['accuracy_flexible'] for x in rs])} | "
             f"{100 * (means[method][0] - base['accuracy']):+.1f} | {p:.2g} | {100 * d_flex:+.1f} | "
             f"{100 * d_ver:+.1f} | {rise} |"
         )

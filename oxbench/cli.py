@@ -211,7 +211,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from oxbench import executors
-    from oxbench.utils import progress_line
+    from oxbench.utils import progress_status
 
     t0 = time.monotonic()
     with Progress(
@@ -234,10 +234,9 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
             )
             bar.advance(task)
             done = int(bar.tasks[0].completed)
-            where = progress_line("cells", done, len(todo), time.monotonic() - t0)
+            where = progress_status(done, len(todo), time.monotonic() - t0)
             bar.console.print(
-                f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where.split(': ', 1)[1]}]",
-                highlight=False,
+                f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where}]", highlight=False
             )
 
         if executor == "local":

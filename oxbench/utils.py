@@ -84,9 +84,12 @@ def progress(
 
 def progress_line(description: str, done: int, total: int | None, elapsed: float) -> str:
     """``"pretrain tiny-m: 120/500 (24%), 25 s elapsed, ETA 79 s"``."""
+    return f"{description}: {progress_status(done, total, elapsed)}"
+
+
+def progress_status(done: int, total: int | None, elapsed: float) -> str:
+    """``"120/500 (24%), 25 s elapsed, ETA 79 s"`` (``"120 done, 25 s elapsed"`` without a total)."""
     if not total:
-        return f"{description}: {done} done, {elapsed:.0f} s elapsed"
+        return f"{done} done, {elapsed:.0f} s elapsed"
     eta = elapsed / max(1, done) * (total - done)
-    return (
-        f"{description}: {done}/{total} ({100 * done / total:.0f}%), {elapsed:.0f} s elapsed, ETA {eta:.0f} s"
-    )
+    return f"{done}/{total} ({100 * done / total:.0f}%), {elapsed:.0f} s elapsed, ETA {eta:.0f} s"

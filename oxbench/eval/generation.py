@@ -23,6 +23,26 @@ def _generate_kwargs(tokenizer, max_new_tokens: int, temperature: float, top_p: 
     return {**kwargs, "do_sample": False}
 
 
+def _batches(model, tokenizer, prompts: list[str], batch_size: int, temperature: float, seed, label):
+    """The encoded prompt batches, with the model in eval mode (restored after) and left padding.
+
+    Before each sampled batch torch's global RNG is set from ``seed`` (HF ``generate`` draws from it),
+    so a batch's samples depend on the seed and the batch's position only. ``label`` prints progress.
+    """
+    was_training = model.training
+    model.eval()
+    tokenizer.padding_side = "left"
+    try:
+        for start in progress(range(0, len(prompts), batch_size), label or "", enabled=label is not None):
+            chunk = prompts[start : start + batch_size]
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            if temperature > 0 and seed is not None:
+                torch.manual_seed(seed + start)
+            yield {k: v.to(model.device) for k, v in enc.items()}
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -35,35 +55,19 @@ def generate(
     batch_size: int = 64,
     generator_seed: int | None = None,
     top_p: float = 1.0,
-    return_finished: bool = False,
     progress_label: str | None = None,
-) -> list[list]:
+) -> list[list[str]]:
     """Completions for every prompt: ``out[i]`` has ``num_return_sequences`` strings.
 
-    ``temperature == 0`` is greedy. With ``return_finished`` each item is ``(text, finished)``,
-    ``finished`` telling whether the model emitted end-of-sequence (else it hit the length cap). Sampling is seeded by ``generator_seed`` (torch's global
-    RNG is set from it before each batch, since HF ``generate`` draws from it).
+    ``temperature == 0`` is greedy. Sampling is seeded by ``generator_seed`` (see :func:`_batches`).
     """
-    was_training = model.training
-    model.eval()
-    tokenizer.padding_side = "left"
+    n = num_return_sequences
+    kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
     results: list[list[str]] = []
-    starts = range(0, len(prompts), batch_size)
-    for start in progress(starts, progress_label or "", enabled=progress_label is not None):
-        chunk = prompts[start : start + batch_size]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(model.device) for k, v in enc.items()}
-        kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, num_return_sequences)
-        if temperature > 0 and generator_seed is not None:
-            torch.manual_seed(generator_seed + start)
+    for enc in _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, progress_label):
         out = model.generate(**enc, **kwargs)
-        new = out[:, enc["input_ids"].shape[1] :]
-        finished = (new == tokenizer.eos_token_id).any(-1).tolist()
-        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-        items = list(zip(texts, finished)) if return_finished else texts
-        for i in range(len(chunk)):
-            results.append(items[i * num_return_sequences : (i + 1) * num_return_sequences])
-    model.train(was_training)
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        results += [texts[i * n : (i + 1) * n] for i in range(len(enc["input_ids"]))]
     return results
 
 
@@ -114,20 +118,11 @@ def sample(
     separates a cached decoding step from a full forward). Behaviour log-probs at temperature T would
     make on-policy ratios differ from 1 by the temperature alone.
     """
-    was_training = model.training
-    model.eval()
-    tokenizer.padding_side = "left"
-    results: list[list[Sample]] = []
     kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, num_return_sequences)
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(model.device) for k, v in enc.items()}
-        if temperature > 0:
-            torch.manual_seed(generator_seed + start)
+    results: list[list[Sample]] = []
+    for enc in _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, None):
         out = model.generate(**enc, **kwargs, return_dict_in_generate=True, output_logits=True)
         results += _to_samples(out, enc, tokenizer.eos_token_id, num_return_sequences)
-    model.train(was_training)
     return results
 
 
