@@ -40,6 +40,7 @@ def main(argv: list[str]) -> int:
             print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
             return 3
     rec = run_cell(cfg, out, verbose=False)
+    D.shutdown()
     if rec["status"] != "finished":
         print(f"run {rec['run_id']} failed: {rec['error']}", file=sys.stderr)
         return 1

@@ -271,10 +271,12 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
     if plan:
         print_plan([cfg], out)
         return
-    rec = run_cell(cfg, out)
     from oxbench.engine import distributed as D
 
-    if D.is_main():
+    rec = run_cell(cfg, out)
+    main = D.is_main()
+    D.shutdown()
+    if main:
         out_console.print(summary_table([rec], f"{cfg.run_id()}"))
     if rec["status"] != "finished":
         fail(f"run {rec['run_id']} failed: {rec['error']}", code=1)

@@ -58,6 +58,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
             },
             out,
         )
+    D.shutdown()
 
 
 if __name__ == "__main__":

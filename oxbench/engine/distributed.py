@@ -51,6 +51,17 @@ def barrier() -> None:
         dist.barrier()
 
 
+def shutdown() -> None:
+    """Leave the process group cleanly: every rank waits, then the group is destroyed.
+
+    Without this, a rank that finishes first tears gloo's threads down at interpreter exit
+    while a peer still talks to it, and aborts with "terminate called without an active exception".
+    """
+    if dist.is_available() and dist.is_initialized():
+        barrier()
+        dist.destroy_process_group()
+
+
 def all_gather_objects(obj) -> list:
     if world_size() == 1:
         return [obj]
