@@ -38,6 +38,26 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, *, scale: bool, eps: fl
     return torch.where(flat_groups(rewards, group_ids), torch.zeros_like(adv), adv)
 
 
+# --- whole-batch reductions ---------------------------------------------------------------
+# A rollout batch split into micro-batches (accumulation, ranks) must give the loss of the whole
+# batch. DeepSpeed averages the micro-batch losses, so a loss that divides by a count taken over the
+# batch divides each micro-batch's sum by (batch count / micro_batches). The trainer fills
+# ``inputs.batch_stats`` / ``inputs.micro_batches`` only when the batch is split; otherwise the
+# micro-batch is the batch and these fall back to its own counts (the same numbers, bit for bit).
+
+
+def token_mean(x: Tensor, weight: Tensor, inputs: LossInputs, total: str = "tokens") -> Tensor:
+    """``Σ x·weight / Σ weight`` over the whole rollout batch, as this micro-batch's share.
+
+    ``total``: the key of ``inputs.batch_stats`` holding the batch's ``Σ weight`` (``"tokens"``: the
+    response mask's). Unsplit batch: ``Σ x·weight / max(Σ weight, 1)`` on this micro-batch.
+    """
+    if inputs.batch_stats is None:
+        return (x * weight).sum() / weight.sum().clamp(min=1.0)
+    per_micro = inputs.batch_stats[total].to(x.dtype) / inputs.micro_batches
+    return (x * weight).sum() / per_micro.clamp(min=1.0 / inputs.micro_batches)
+
+
 # --- ratios, clipping, KL ----------------------------------------------------------------
 
 

@@ -16,10 +16,15 @@ running mean of the rewards.
 
 ``reward_shift`` (this benchmark's name; neither TRL nor the paper names it):
 
-- ``"batch"`` (default): δ is the mean of the detached rewards ``r_w`` and ``r_l`` of the current
-  batch. A loss here is a pure function with no state across steps, so the batch mean stands in
-  for the paper's running mean; it is what earlier TRL versions' ``RunningMoments`` gave on their
-  first step. δ is detached, so no gradient flows through it.
+- ``"running"`` (default, version 2): δ is the running mean of every detached reward ``r_w`` and
+  ``r_l`` seen so far, this batch included, as earlier TRL versions' ``RunningMoments`` kept it (a
+  cumulative mean, every reward weighted equally). It is the loss's state (``initial_state``):
+  ``reward_mean`` and ``count``, carried by the trainer across optimiser steps. Each micro-batch
+  updates it with its own rewards; the trainer averages the proposals of the micro-batches and
+  ranks of a step, which for equal micro-batches is the running mean over every reward of the step
+  with ``count`` growing by one micro-batch per step (the weights of the steps stay equal).
+- ``"batch"``: δ is the mean of the current batch's detached rewards (version 1's default, the
+  running mean's first step).
 - ``"none"``: δ = 0. This is exactly TRL 1.16's ``bco_pair``, which dropped the running mean
   (TRL 1.16 has no ``RunningMoments``); the reference study (oxRL) also uses δ = 0.
 
@@ -37,29 +42,45 @@ from losses._common import pair_logratios, reward_metrics
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
-REWARD_SHIFTS = ("batch", "none")
+REWARD_SHIFTS = ("running", "batch", "none")
+INITIAL_STATE = {"reward_mean": 0.0, "count": 0.0}
 
 
-def reward_shift_delta(r_w: torch.Tensor, r_l: torch.Tensor, reward_shift: str) -> torch.Tensor:
-    """δ: the detached mean of every reward in the batch, or 0."""
+def running_mean(state: dict | None, rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The cumulative mean after ``rewards``: ``m ← m + (mean(r) − m)·n/(count + n)``."""
+    state = state or {k: torch.tensor(v) for k, v in INITIAL_STATE.items()}
+    rewards = rewards.detach().double().cpu()
+    n, count = float(rewards.numel()), state["count"].double()
+    mean = state["reward_mean"].double()
+    return {"reward_mean": mean + (rewards.mean() - mean) * n / (count + n), "count": count + n}
+
+
+def reward_shift_delta(
+    r_w: torch.Tensor, r_l: torch.Tensor, reward_shift: str, state: dict | None = None
+) -> tuple[torch.Tensor, dict | None]:
+    """δ (detached) and, for ``"running"``, the updated state."""
     if reward_shift not in REWARD_SHIFTS:
         raise ValueError(
             f"loss 'bco': reward_shift must be one of {', '.join(REWARD_SHIFTS)}, got {reward_shift!r}"
         )
     if reward_shift == "none":
-        return torch.zeros((), dtype=r_w.dtype, device=r_w.device)
-    return torch.cat([r_w, r_l]).detach().mean()
+        return torch.zeros((), dtype=r_w.dtype, device=r_w.device), None
+    rewards = torch.cat([r_w, r_l]).detach()
+    if reward_shift == "batch":
+        return rewards.mean(), None
+    new = running_mean(state, rewards)
+    return new["reward_mean"].to(r_w.dtype).to(r_w.device), {k: v.float() for k, v in new.items()}
 
 
-def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "batch") -> LossOutput:
+def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "running") -> LossOutput:
     inputs.require("bco", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     r_w, r_l = beta * chosen, beta * rejected
-    delta = reward_shift_delta(r_w, r_l, reward_shift)
+    delta, state = reward_shift_delta(r_w, r_l, reward_shift, inputs.state)
     losses = -F.logsigmoid(r_w - delta) - F.logsigmoid(-(r_l - delta))
     metrics = reward_metrics(r_w, r_l)
     metrics["bco/delta"] = delta
-    return LossOutput(losses.mean(), metrics)
+    return LossOutput(losses.mean(), metrics, state=state)
 
 
 spec = LossSpec(
@@ -68,8 +89,9 @@ spec = LossSpec(
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "reward_shift": "batch"},
-    paper="arXiv:2404.04656 Sec. 3 (BCE with reward shift)",
-    version=1,
+    defaults={"beta": 0.1, "reward_shift": "running"},
+    initial_state=INITIAL_STATE,
+    paper="arXiv:2404.04656 Sec. 3 (BCE with reward shift, running mean)",
+    version=2,
     description="Binary classifier optimisation: BCE on implicit rewards, chosen = 1, rejected = 0, shifted by δ.",
 )

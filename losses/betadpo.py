@@ -15,17 +15,27 @@ With the per-pair gap ``M_i = log π_θ/π_ref(y_w) - log π_θ/π_ref(y_l)`` (d
 
 Inputs: the four summed log-probs (B,). Reduction: mean over the kept pairs.
 
+State (``initial_state``, carried by the trainer across optimiser steps): the moving averages
+``M_0`` (``gap_mean``) and ``σ`` (``gap_std``) of the gap, as in the authors' code
+(``update_and_sync_tensor_mean``, momentum ``γ = 0.9``, both starting at 0). Each batch first updates
+them with its own mean and (unbiased) std, ``M_0 ← γ M_0 + (1-γ) mean_i M_i``, then uses the updated
+values for the filter and for ``β``. So ``β`` moves with how this batch's kept gaps compare to the
+gaps seen so far, which is the method; version 1 used the current batch's own mean and std instead.
+
 Deviations, and why:
 
-* ``M_0`` and ``σ`` are the current batch's mean and (unbiased) std of ``M_i``: the paper and
-  its code keep exponential moving averages across batches, which is state, and a loss here is
-  a pure function. This is the ``γ → 0`` limit of the paper's average, so ``β`` moves only with
-  the filtered subset's mean, not with how the batch compares to earlier batches.
-  ``σ`` is clamped at ``1e-6`` (and is 1 for a single pair).
+* The authors gather the gaps of every rank before updating the averages; here each micro-batch
+  updates them from its own pairs and the trainer averages the updated state over micro-batches and
+  ranks at the optimiser step (the same average for the mean's update; for ``σ`` the mean of the
+  micro-batches' stds).
+* ``σ`` is clamped at ``1e-6`` (it is 0 at the first step if every gap is 0, i.e. policy = reference),
+  and the Gaussian weights are floored at ``1e-300`` so the draw without replacement never fails.
 * The filter draw uses a generator seeded with ``seed`` and the batch's reference log-probs
   (see ``losses.sampo.seeded_generator``), so the loss is deterministic for given inputs.
 * The reference study (oxRL) uses a per-pair, differentiable ``β_i = β(1 + α(M_i - EMA))``
   and no filtering; we follow the paper: one detached ``β`` per batch plus filtering.
+* ``α`` defaults to 0.6, from the paper's sweep; the authors' released config sets ``a: 0.0``
+  (filtering only).
 
 Metrics: implicit rewards ``β_0·log(π/π_ref)`` over all pairs (detached), ``betadpo/beta``,
 ``betadpo/kept``.
@@ -44,34 +54,62 @@ from losses.types import LossInputs, LossOutput, Tensor
 MIN_BETA = 1e-3
 
 
-def filter_pairs(gap: Tensor, *, filter_ratio: float, generator: torch.Generator) -> Tensor:
-    """Indices of the ``⌊B(1-ρ)⌋`` pairs kept, drawn with Gaussian weights around the batch mean gap."""
+INITIAL_STATE = {"gap_mean": 0.0, "gap_std": 0.0}
+
+
+def update_state(state: dict | None, gap: Tensor, gamma: float) -> dict[str, Tensor]:
+    """The moving averages after this batch: ``s ← γ s + (1-γ) batch statistic`` (detached)."""
+    state = state or {k: torch.tensor(v) for k, v in INITIAL_STATE.items()}
+    gap = gap.detach().double().cpu()
+    std = gap.std() if gap.numel() > 1 else torch.zeros((), dtype=gap.dtype)
+    return {
+        "gap_mean": gamma * state["gap_mean"].double() + (1 - gamma) * gap.mean(),
+        "gap_std": gamma * state["gap_std"].double() + (1 - gamma) * std,
+    }
+
+
+def filter_pairs(
+    gap: Tensor, state: dict[str, Tensor], *, filter_ratio: float, generator: torch.Generator
+) -> Tensor:
+    """Indices of the ``⌊B(1-ρ)⌋`` pairs kept, drawn with Gaussian weights around the moving mean gap."""
     gap = gap.detach().double().cpu()
     k = max(1, int(gap.numel() * (1.0 - filter_ratio)))
-    sigma = gap.std().clamp(min=1e-6) if gap.numel() > 1 else torch.ones((), dtype=gap.dtype)
-    weights = torch.exp(-0.5 * ((gap - gap.mean()) / sigma) ** 2)
+    sigma = state["gap_std"].double().clamp(min=1e-6)
+    weights = torch.exp(-0.5 * ((gap - state["gap_mean"].double()) / sigma) ** 2).clamp(min=1e-300)
     return torch.multinomial(weights, k, replacement=False, generator=generator)
 
 
-def batch_beta(gap: Tensor, kept: Tensor, *, beta: float, alpha: float) -> Tensor:
-    """``max(β (1 + α (mean of kept gaps - batch mean gap)), 10⁻³)``, detached."""
+def batch_beta(gap: Tensor, kept: Tensor, state: dict[str, Tensor], *, beta: float, alpha: float) -> Tensor:
+    """``max(β (1 + α (mean of kept gaps - moving mean gap)), 10⁻³)``, detached."""
     gap = gap.detach()
-    return (beta * (1.0 + alpha * (gap[kept].mean() - gap.mean()))).clamp(min=MIN_BETA)
+    shift = gap[kept].mean() - state["gap_mean"].to(gap.dtype).to(gap.device)
+    return (beta * (1.0 + alpha * shift)).clamp(min=MIN_BETA)
 
 
 def betadpo_loss(
-    inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.6, filter_ratio: float = 0.2, seed: int = 0
+    inputs: LossInputs,
+    *,
+    beta: float = 0.1,
+    alpha: float = 0.6,
+    filter_ratio: float = 0.2,
+    gamma: float = 0.9,
+    seed: int = 0,
 ) -> LossOutput:
     inputs.require("betadpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     gap = chosen - rejected
+    state = update_state(inputs.state, gap, gamma)
     gen = seeded_generator(seed, inputs.ref_chosen_logps, inputs.ref_rejected_logps)
-    kept = filter_pairs(gap, filter_ratio=filter_ratio, generator=gen).to(gap.device)
-    beta_used = batch_beta(gap, kept, beta=beta, alpha=alpha)
+    kept = filter_pairs(gap, state, filter_ratio=filter_ratio, generator=gen).to(gap.device)
+    beta_used = batch_beta(gap, kept, state, beta=beta, alpha=alpha)
     losses = -F.logsigmoid(beta_used * gap[kept])
     metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics.update({"betadpo/beta": beta_used, "betadpo/kept": float(kept.numel())})
-    return LossOutput(losses.mean(), metrics)
+    metrics.update({"betadpo/beta": beta_used, "betadpo/kept": float(kept.numel()), **_prefixed(state)})
+    return LossOutput(losses.mean(), metrics, state={k: v.float() for k, v in state.items()})
+
+
+def _prefixed(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {f"betadpo/{k}": v for k, v in state.items()}
 
 
 spec = LossSpec(
@@ -80,8 +118,9 @@ spec = LossSpec(
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "alpha": 0.6, "filter_ratio": 0.2, "seed": 0},
-    paper="arXiv:2407.08639 (batch-level dynamic beta + filtering)",
-    version=1,
+    defaults={"beta": 0.1, "alpha": 0.6, "filter_ratio": 0.2, "gamma": 0.9, "seed": 0},
+    initial_state=INITIAL_STATE,
+    paper="arXiv:2407.08639 (batch-level dynamic beta + filtering, moving averages as the authors' code)",
+    version=2,
     description="beta-DPO: per-batch beta adapted to the reward gap, with Gaussian filtering of outlier pairs.",
 )

@@ -24,8 +24,7 @@ the log-ratio has the same gradient as ``log π``, but the loss values differ.
 
 from __future__ import annotations
 
-from losses._common import masked_mean
-from losses._online import add_k3_kl, group_advantages, online_metrics, token_ratio
+from losses._online import add_k3_kl, group_advantages, online_metrics, token_mean, token_ratio
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
@@ -37,7 +36,7 @@ def cispo_loss(inputs: LossInputs, *, epsilon_high: float = 5.0, beta: float = 0
     weight = ratio.clamp(max=epsilon_high).detach()
     per_token = -weight * adv * inputs.token_logps
     per_token, kl = add_k3_kl(per_token, inputs, beta, "cispo")
-    loss = masked_mean(per_token, inputs.mask, dim=None)
+    loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
     clipped = (ratio > epsilon_high) & (adv > 0)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv[:, 0], kl=kl))
 

@@ -33,6 +33,7 @@ from losses._online import (
     flat_groups,
     group_advantages,
     online_metrics,
+    token_mean,
     token_ratio,
 )
 from losses.registry import LossSpec
@@ -46,6 +47,17 @@ def groups_kept_frac(flat: torch.Tensor, group_ids: torch.Tensor) -> torch.Tenso
     return (~flat_per_group).float().mean()
 
 
+def kept_tokens(inputs: LossInputs) -> torch.Tensor:
+    """(B, T) response mask of the rollouts whose group carries signal."""
+    flat = flat_groups(inputs.rewards, inputs.group_ids)
+    return inputs.mask * (~flat).to(inputs.mask.dtype)[:, None]
+
+
+def dapo_batch_stats(batch: LossInputs, **_) -> dict[str, torch.Tensor]:
+    """The token-level mean's denominator over the whole rollout batch: the kept groups' tokens."""
+    return {"kept_tokens": kept_tokens(batch).sum()}
+
+
 def dapo_loss(
     inputs: LossInputs, *, epsilon: float = 0.2, epsilon_high: float = 0.28, beta: float = 0.0
 ) -> LossOutput:
@@ -55,8 +67,7 @@ def dapo_loss(
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "dapo")
-    keep = inputs.mask * (~flat).to(inputs.mask.dtype)[:, None]
-    loss = (per_token * keep).sum() / keep.sum().clamp(min=1.0)
+    loss = token_mean(per_token, kept_tokens(inputs), inputs, total="kept_tokens")
     metrics = online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl)
     metrics["groups_kept_frac"] = groups_kept_frac(flat, inputs.group_ids)
     return LossOutput(loss, metrics)
@@ -69,6 +80,7 @@ spec = LossSpec(
     data="online",
     needs_reference=False,
     defaults={"epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0},
+    batch_stats=dapo_batch_stats,
     paper="arXiv:2503.14476 Eq. 8",
     version=1,
     description="DAPO: clip-higher, token-level loss over the batch, groups without reward variance dropped.",

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
-from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_ratio
+from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_mean, token_ratio
 from losses.registry import LossSpec
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
@@ -71,21 +71,37 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float, lam: flo
     return adv, (adv + values) * mask
 
 
-def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
-    """``(x − mean)/sqrt(var + eps)`` over the masked tokens (unbiased variance)."""
+def whiten_stats(x: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """Mean and unbiased variance of ``x`` over the masked tokens."""
     n = mask.sum().clamp(min=2.0)
     mean = masked_mean(x, mask, dim=None)
     var = ((x - mean) ** 2 * mask).sum() / (n - 1)
-    return (x - mean) * torch.rsqrt(var + eps) * mask
+    return {"adv_mean": mean.detach(), "adv_var": var.detach()}
+
+
+def whiten(x: Tensor, mask: Tensor, stats: dict | None = None, eps: float = 1e-8) -> Tensor:
+    """``(x − mean)/sqrt(var + eps)`` over the masked tokens (unbiased variance; ``stats``: the whole
+    rollout batch's, when it is split into micro-batches)."""
+    stats = stats or whiten_stats(x, mask)
+    return (x - stats["adv_mean"]) * torch.rsqrt(stats["adv_var"] + eps) * mask
+
+
+def ppo_batch_stats(
+    batch: LossInputs, *, beta: float = 0.0, gamma: float = 1.0, lam: float = 0.95, **_
+) -> dict[str, Tensor]:
+    """Whitening mean/variance of the GAE advantages over every response token of the rollout batch."""
+    rewards, _ = token_rewards(batch, beta)
+    adv, _ = gae(rewards, batch.old_values, batch.mask, gamma=gamma, lam=lam)
+    return whiten_stats(adv, batch.mask)
 
 
 def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float, inputs: LossInputs
 ) -> tuple[Tensor, Tensor]:
     """``½·mean max((V−R̂)², (V_clip−R̂)²)`` and the share of tokens where the clipped branch wins."""
     clipped_values = old_values + (values - old_values).clamp(-clip, clip)
     plain, clipped = (values - returns) ** 2, (clipped_values - returns) ** 2
-    loss = 0.5 * masked_mean(torch.max(plain, clipped), mask, dim=None)
+    loss = 0.5 * token_mean(torch.max(plain, clipped), mask, inputs)
     return loss, masked_mean((clipped > plain).float(), mask, dim=None)
 
 
@@ -106,11 +122,11 @@ def ppo_loss(
     old_values = inputs.values.detach() if inputs.old_values is None else inputs.old_values
     rewards, kl = token_rewards(inputs, beta)
     adv, returns = gae(rewards, old_values, mask, gamma=gamma, lam=lam)
-    used_adv = whiten(adv, mask) if whiten_advantages else adv
+    used_adv = whiten(adv, mask, inputs.batch_stats) if whiten_advantages else adv
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, used_adv, epsilon, epsilon_high)
-    pg_loss = masked_mean(per_token, mask, dim=None)
-    vf_loss, vf_clip_frac = value_loss(inputs.values, old_values, returns, mask, cliprange_value)
+    pg_loss = token_mean(per_token, mask, inputs)
+    vf_loss, vf_clip_frac = value_loss(inputs.values, old_values, returns, mask, cliprange_value, inputs)
     metrics = online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl)
     metrics.update(
         pg_loss=pg_loss.detach(),
@@ -139,6 +155,7 @@ spec = LossSpec(
         "cliprange_value": 0.2,
         "whiten_advantages": True,
     },
+    batch_stats=ppo_batch_stats,
     paper="arXiv:1707.06347 Eq. 7, 9; arXiv:1506.02438 Eq. 16",
     version=1,
     description="PPO: clipped token surrogate with GAE advantages from a value head, plus a clipped value loss.",

@@ -50,6 +50,20 @@ class LossSpec:
     generates_own_pairs: pairs are re-generated from the current policy during training.
     chosen_source:      for ``generates_own_pairs``: the chosen response is the ``gold`` answer
                         (SPIN) or the best ``self_play`` sample (online DPO).
+    pairs_from_iterate: for ``generates_own_pairs``: the rejected answers of a whole iteration come from
+                        a frozen iterate that is also the reference, and the trained policy becomes
+                        the next iterate after ``online.pair_refresh_every`` passes over the prompts
+                        (SPIN). False: pairs come from the current policy every round (online DPO).
+    reference_update:   for ``updates_reference`` offline: ``reference_update(step, **hparams)`` is
+                        called after optimiser step ``step`` (from 1) and returns the weight ``α`` of the
+                        policy in the new reference (``ref ← α·θ + (1−α)·ref``) or None (TR-DPO).
+    batch_stats:        online: ``batch_stats(batch: LossInputs, **hparams) -> dict[str, Tensor]`` of 0-d
+                        statistics over the whole rollout batch (every micro-batch and rank), e.g. the
+                        advantages' whitening mean and std. ``batch`` has the behaviour log-probs as
+                        ``token_logps`` and ``old_token_logps``, the value head's ``values``/``old_values``
+                        and the reference's log-probs, no gradient. Used only when the batch is split.
+    initial_state:      the state the loss carries across optimiser steps (name -> float), e.g. β-DPO's
+                        moving averages; the loss reads ``inputs.state`` and returns ``LossOutput.state``.
     description:        one line for ``oxbench losses``.
     """
 
@@ -67,6 +81,10 @@ class LossSpec:
     needs_full_logits: bool = False
     generates_own_pairs: bool = False
     chosen_source: str = "self_play"
+    pairs_from_iterate: bool = False
+    reference_update: Callable[..., float | None] | None = None
+    batch_stats: Callable[..., dict] | None = None
+    initial_state: dict[str, float] = field(default_factory=dict)
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -89,6 +107,17 @@ class LossSpec:
             raise LossError(f"{where}: version must be a positive int")
         if not isinstance(self.defaults, dict):
             raise LossError(f"{where}: defaults must be a dict")
+        if not isinstance(self.initial_state, dict) or not all(
+            isinstance(k, str) and isinstance(v, int | float) for k, v in self.initial_state.items()
+        ):
+            raise LossError(f"{where}: initial_state must map names to numbers")
+        for hook in ("reference_update", "batch_stats"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise LossError(f"{where}: {hook} is not callable")
+        if self.updates_reference and not (self.reference_update or self.pairs_from_iterate):
+            raise LossError(f"{where}: updates_reference needs a reference_update or pairs_from_iterate")
+        if self.pairs_from_iterate and not self.generates_own_pairs:
+            raise LossError(f"{where}: pairs_from_iterate needs generates_own_pairs")
 
     def resolve_hparams(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """``defaults`` updated by ``overrides``; an unknown key is an error with a suggestion."""
@@ -121,9 +150,20 @@ class LossSpec:
             "needs_full_logits": self.needs_full_logits,
             "generates_own_pairs": self.generates_own_pairs,
             "chosen_source": self.chosen_source,
+            "pairs_from_iterate": self.pairs_from_iterate,
+            "reference_update": _qualname(self.reference_update),
+            "batch_stats": _qualname(self.batch_stats),
+            "initial_state": dict(self.initial_state),
             "description": self.description,
-            "fn": f"{inspect.getmodule(self.fn).__name__}:{self.fn.__qualname__}",
+            "fn": _qualname(self.fn),
         }
+
+
+def _qualname(fn) -> str | None:
+    if fn is None:
+        return None
+    module = inspect.getmodule(fn)
+    return f"{module.__name__ if module else '?'}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
 _REGISTRY: dict[str, LossSpec] = {}

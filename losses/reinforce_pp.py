@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
-from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_ratio
+from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_mean, token_ratio
 from losses.registry import LossSpec
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
@@ -50,11 +50,23 @@ def kl_shaped_returns(inputs: LossInputs, beta: float) -> tuple[torch.Tensor, to
     return suffix_sum(outcome - beta * kl) * mask, kl
 
 
-def global_normalise(adv: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """z-score over every response token of the batch."""
+def normalise_stats(adv: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean and population std of the advantages over every response token of the batch."""
     mean = masked_mean(adv, mask, dim=None)
     std = masked_mean((adv - mean) ** 2, mask, dim=None).sqrt()
-    return (adv - mean) / (std + eps) * mask
+    return {"adv_mean": mean.detach(), "adv_std": std.detach()}
+
+
+def global_normalise(adv: torch.Tensor, mask: torch.Tensor, stats=None, eps: float = 1e-8) -> torch.Tensor:
+    """z-score over every response token of the batch (``stats``: the whole batch's, when split)."""
+    stats = stats or normalise_stats(adv, mask)
+    return (adv - stats["adv_mean"]) / (stats["adv_std"] + eps) * mask
+
+
+def reinforce_pp_batch_stats(batch: LossInputs, *, beta: float = 0.01, **_) -> dict[str, torch.Tensor]:
+    """The global normalisation's mean/std over the whole rollout batch (every micro-batch and rank)."""
+    returns, _ = kl_shaped_returns(batch, beta)
+    return normalise_stats(returns, batch.mask)
 
 
 def reinforce_pp_loss(
@@ -62,10 +74,10 @@ def reinforce_pp_loss(
 ) -> LossOutput:
     inputs.require("reinforce_pp", "token_logps", "mask", "rewards")
     returns, kl = kl_shaped_returns(inputs, beta)
-    adv = global_normalise(returns, inputs.mask)
+    adv = global_normalise(returns, inputs.mask, inputs.batch_stats)
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, adv, epsilon, epsilon_high)
-    loss = masked_mean(per_token, inputs.mask, dim=None)
+    loss = token_mean(per_token, inputs.mask, inputs)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=returns, kl=kl))
 
 
@@ -76,6 +88,7 @@ spec = LossSpec(
     data="online",
     needs_reference=True,
     defaults={"beta": 0.01, "epsilon": 0.2, "epsilon_high": 0.2},
+    batch_stats=reinforce_pp_batch_stats,
     paper="arXiv:2501.03262 §2 (REINFORCE++)",
     version=1,
     description="REINFORCE++: k1 KL in the token reward, advantages normalised over the global batch, PPO clip.",

@@ -48,6 +48,24 @@ def kl_penalised_rewards(inputs: LossInputs, beta: float) -> tuple[torch.Tensor,
     return inputs.rewards - beta * kl.sum(-1), kl
 
 
+def normalise(adv: torch.Tensor, stats: dict | None = None) -> torch.Tensor:
+    """``(A − mean) / (std + 1e-4)`` over the batch's rollouts (unbiased std; ``stats``: the whole
+    rollout batch's, when it is split into micro-batches)."""
+    stats = stats or {"adv_mean": adv.mean(), "adv_std": adv.std()}
+    return (adv - stats["adv_mean"]) / (stats["adv_std"] + 1e-4)
+
+
+def rloo_batch_stats(
+    batch: LossInputs, *, beta: float = 0.05, normalize_advantages: bool = False, **_
+) -> dict[str, torch.Tensor]:
+    """Whole-batch mean/std of the leave-one-out advantages (only used with ``normalize_advantages``)."""
+    if not normalize_advantages:
+        return {}
+    rewards, _ = kl_penalised_rewards(batch, beta)
+    adv = leave_one_out_advantages(rewards, batch.group_ids)
+    return {"adv_mean": adv.mean(), "adv_std": adv.std()}
+
+
 def rloo_loss(
     inputs: LossInputs,
     *,
@@ -60,7 +78,7 @@ def rloo_loss(
     rewards, kl = kl_penalised_rewards(inputs, beta)
     adv = leave_one_out_advantages(rewards, inputs.group_ids)
     if normalize_advantages:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-4)
+        adv = normalise(adv, inputs.batch_stats)
     log_ratio = masked_sum(inputs.token_logps - behaviour_logps(inputs), inputs.mask)
     ratio = torch.exp(log_ratio)
     per_seq, clipped = clipped_surrogate(ratio, adv, epsilon, epsilon_high)
@@ -77,6 +95,7 @@ spec = LossSpec(
     data="online",
     needs_reference=True,
     defaults={"beta": 0.05, "epsilon": 0.2, "epsilon_high": 0.2, "normalize_advantages": False},
+    batch_stats=rloo_batch_stats,
     paper="arXiv:2402.14740 §3.2 (RLOO estimator)",
     version=1,
     description="RLOO: whole-response REINFORCE with a leave-one-out baseline and KL-penalised reward.",

@@ -29,8 +29,14 @@ from __future__ import annotations
 
 import torch
 
-from losses._common import masked_mean
-from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses._online import (
+    add_k3_kl,
+    clipped_surrogate,
+    group_advantages,
+    online_metrics,
+    token_mean,
+    token_ratio,
+)
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
@@ -64,7 +70,7 @@ def sgrpo_loss(
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, token_adv, epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "sgrpo")
-    loss = masked_mean(per_token, inputs.mask, dim=None)
+    loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
 

@@ -8,19 +8,29 @@ Paper: arXiv:2401.01335, §4 (the SPIN loss with the logistic loss ℓ(t) = log(
         \lambda \log\tfrac{p_\theta(y|x)}{p_{\theta_t}(y|x)} - \lambda \log\tfrac{p_\theta(y'|x)}{p_{\theta_t}(y'|x)}\Big)\Big],
     \qquad y \sim \text{gold (SFT data)},\ \ y' \sim p_{\theta_t}(\cdot|x)
 
-The main player is the new policy ``p_θ``; the opponent is the previous iteration
-``p_{θ_t}``, which both generated the rejected answers ``y'`` and is the reference. So
-the loss is DPO's (``λ`` = ``beta``) with ``chosen`` = the gold answer
-(``chosen_source="gold"``), ``rejected`` = the policy's own sample, and a reference that
-the trainer replaces by the current policy at every SPIN iteration
-(``updates_reference=True``) just before it regenerates the rejected answers
-(``generates_own_pairs=True``).
+The main player is the new policy ``p_θ``; the opponent is the previous iterate ``p_{θ_t}``,
+which both generated the rejected answers ``y'`` and is the reference. So the loss is DPO's
+(``λ`` = ``beta``) with ``chosen`` = the gold answer (``chosen_source="gold"``) and ``rejected`` =
+an answer sampled from the iterate.
 
-Knobs read by the trainer (the loss ignores them): ``ref_model_sync_steps`` = optimizer
-steps per SPIN iteration (``None``: one epoch over the prompts), and
-``ref_model_mixup_alpha = 1.0``: the new reference is a hard copy of the policy
-(TR-DPO's names, so the same trainer path serves both). ``β = 0.1`` (the paper's setting).
+The iterations (``pairs_from_iterate=True``), as in the paper's Algorithm 1: the trainer freezes
+the iterate ``θ_t``; every rejected answer of the iteration is sampled from it (the rollout worker
+holds ``θ_t`` for the whole iteration, so each round's pairs come from the same frozen weights as if
+they had all been generated up front, without sampling prompts the budget never reaches); the
+reference is ``θ_t``; after ``online.pair_refresh_every`` passes over the prompts (the paper trains
+2 epochs per iteration) the trained policy becomes ``θ_{t+1}``, both sampler and reference.
+``online.steps`` rounds in all, so ``steps / (passes per iteration)`` iterations.
 
+Version 2: version 1 sampled the rejected answers from the *current* policy every round and
+refreshed the reference once per pass (or never, at the oxrl_paper settings), which is online
+DPO against a lagging reference, not SPIN. Its ``ref_model_sync_steps`` and
+``ref_model_mixup_alpha`` knobs are gone: the iteration length is ``online.pair_refresh_every``
+and the new iterate is always a hard copy.
+
+Deviation: with ``online.n`` samples per prompt, the rejected answer is the first *wrong* one when
+there is one (a correct sample in gold format would be the gold answer itself, a pair with no
+signal); the paper samples one answer per prompt (set ``online.n: 1`` for exactly that).
+``β = 0.1`` (the paper's setting).
 Inputs and metrics as ``dpo``. Reduction: mean over pairs. TRL has no SPIN trainer.
 """
 
@@ -31,14 +41,8 @@ from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def spin_loss(
-    inputs: LossInputs,
-    *,
-    beta: float = 0.1,
-    ref_model_sync_steps: int | None = None,
-    ref_model_mixup_alpha: float = 1.0,
-) -> LossOutput:
-    """SPIN's logistic loss; ``ref_model_sync_steps``/``ref_model_mixup_alpha`` are read by the trainer."""
+def spin_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
+    """SPIN's logistic loss against the iterate (the reference)."""
     inputs.require("spin", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     return dpo_loss(inputs, beta=beta)
 
@@ -51,9 +55,10 @@ spec = LossSpec(
     needs_reference=True,
     updates_reference=True,
     generates_own_pairs=True,
+    pairs_from_iterate=True,
     chosen_source="gold",
-    defaults={"beta": 0.1, "ref_model_sync_steps": None, "ref_model_mixup_alpha": 1.0},
-    paper="arXiv:2401.01335 §4 (SPIN loss, logistic ℓ)",
-    version=1,
+    defaults={"beta": 0.1},
+    paper="arXiv:2401.01335 §4 (SPIN loss, logistic ℓ) and Algorithm 1 (iterations)",
+    version=2,
     description="SPIN: DPO of gold answers over the previous iteration's own samples, reference = previous iteration.",
 )

@@ -62,6 +62,17 @@ class LossInputs:
     current_version: int | None = None  # version of the policy being updated
     # the generation limit (max_new_tokens) the rollouts were sampled with: dr_grpo's constant L_max
     max_completion_length: int | None = None
+    # --- whole-batch statistics (online): set only when the rollout batch is split -------------
+    # into more than one micro-batch (accumulation x ranks); None: this micro-batch is the batch.
+    micro_batches: int | None = None  # micro-batches the rollout batch is split into, all ranks
+    # "tokens": response tokens in the whole batch, plus what the spec's batch_stats computed
+    # (e.g. the whitening mean/std of the advantages over every token of the batch)
+    batch_stats: dict[str, Tensor] | None = None
+
+    # --- training-time facts every loss may read ---------------------------------------
+    progress: float | None = None  # share of the optimiser steps done before this one, in [0, 1)
+    # the loss's carried state (specs with initial_state): after the previous optimiser step
+    state: dict[str, Tensor] | None = None
 
     def present(self) -> list[str]:
         """Names of the fields that are filled in (for error messages and debugging)."""
@@ -78,10 +89,15 @@ class LossInputs:
 
 @dataclass
 class LossOutput:
-    """``loss``: scalar tensor with grad. ``metrics``: detached floats or 0-d tensors."""
+    """``loss``: scalar tensor with grad. ``metrics``: detached floats or 0-d tensors.
+
+    ``state``: for a spec with ``initial_state``, the state after this batch (detached 0-d tensors,
+    the same keys). The trainer averages the proposals of every micro-batch and rank and carries the
+    result into the next optimiser step (the only way a loss keeps anything across steps)."""
 
     loss: Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+    state: dict[str, Tensor] | None = None
 
     def __post_init__(self) -> None:
         self.metrics = {

@@ -61,6 +61,7 @@ class RunRecord(BaseModel):
     data: dict[str, Any] | None = None
     data_order_sha: str | None = None
     steps: int | None = None
+    loss_state: dict[str, float] | None = None  # a stateful loss's carried state at the end of training
     # results
     metrics: dict[str, int | float | None] | None = None
     timing: dict[str, float] | None = None

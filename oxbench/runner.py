@@ -200,6 +200,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
         record.data_order_sha = res.data_order_sha
         record.steps = res.steps
+        record.loss_state = res.loss_state
         t_eval = time.time()
         state = lm_state(full_state_dict(engine))
         if D.is_main():

@@ -17,6 +17,7 @@ import losses
 from oxbench.data.batching import encode_pair
 from oxbench.data.formatting import format_completion, format_prompt
 from oxbench.engine import distributed as D
+from oxbench.engine import learner
 from oxbench.engine import trainer as tr
 from oxbench.engine.rollout import Rollout, RolloutWorker, collate_rollouts
 from oxbench.models.tiny import build_tiny
@@ -84,7 +85,7 @@ def test_collate_rollouts_puts_behaviour_logps_on_the_response_mask():
 def test_trainer_trains_on_the_sampled_ids_not_a_re_encoding(monkeypatch):
     rollouts, batches = [], []
     spy(monkeypatch, RolloutWorker, "rollouts", rollouts, lambda a, out: out)
-    spy(monkeypatch, tr, "logps_from_output", batches, lambda a, out: a[1])
+    spy(monkeypatch, learner, "logps_from_output", batches, lambda a, out: a[1])
     _, _, tok, _ = run_online("sgrpo")
     (experience,), (batch,) = rollouts, batches
     assert len(experience) == batch["input_ids"].shape[0] == 8
@@ -107,7 +108,7 @@ def test_trainer_trains_on_the_sampled_ids_not_a_re_encoding(monkeypatch):
 def test_on_policy_ratios_are_one_at_step_0(monkeypatch, temperature):
     """The behaviour log-probs are temperature-1 log-probs of the sampled tokens: the trainer's own."""
     seen = []
-    spy(monkeypatch, tr, "_rollout_inputs", seen, lambda a, out: out[0])
+    spy(monkeypatch, learner.Learner, "_inputs", seen, lambda a, out: out[0])
     run_online("sgrpo", temperature=temperature)
     inp = seen[0]
     mask = inp.mask.bool()
@@ -129,10 +130,10 @@ def test_self_play_pairs_are_sampled_ids_and_tied_groups_give_none():
         _rollout(1, 0.0, [5]),
         _rollout(1, 0.0, [6]),
     ]
-    (ex,) = tr._pair_examples(spec, part, tok, max_len=64)
+    (ex,) = learner.pair_examples(spec, part, tok, max_len=64)
     assert ex["chosen"] == ([3, 4, 10, 11], 2) and ex["rejected"] == ([3, 4, 12, 1], 2)
-    assert tr._pair_examples(spec, part[2:], tok, max_len=64) == []
-    (gold,) = tr._pair_examples(losses.get("spin"), part[2:], tok, max_len=64)
+    assert learner.pair_examples(spec, part[2:], tok, max_len=64) == []
+    (gold,) = learner.pair_examples(losses.get("spin"), part[2:], tok, max_len=64)
     prompt = format_prompt(tok, "1 + 1")
     assert gold["chosen"] == encode_pair(tok, prompt, format_completion(tok, "2"), 64)
     assert gold["rejected"] == ([3, 4, 5], 2)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from losses.reference import mix_reference_
 from oxbench.data.batching import collate, token_logps
 from oxbench.utils import cache_root, content_hash
 
@@ -102,11 +103,11 @@ class LiveReference:
 
     @torch.no_grad()
     def refresh(self, state_dict: dict[str, torch.Tensor], alpha: float = 1.0) -> None:
-        """``ref <- alpha * policy + (1 - alpha) * ref`` (alpha = 1: a hard copy)."""
+        """``ref <- alpha * policy + (1 - alpha) * ref`` (alpha = 1: a hard copy), with the update
+        the TRL parity tests check (:func:`losses.reference.mix_reference_`)."""
         own = self.model.state_dict()
-        for k, v in state_dict.items():
-            if k in own:
-                own[k].mul_(1 - alpha).add_(v.to(own[k].dtype), alpha=alpha)
+        keys = [k for k in state_dict if k in own]
+        mix_reference_([state_dict[k].to(own[k].dtype) for k in keys], [own[k] for k in keys], alpha)
 
     @torch.no_grad()
     def logps(self, batch, *, return_logits: bool = False):

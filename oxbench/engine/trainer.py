@@ -1,14 +1,19 @@
 """The one training loop: every method runs here, on DeepSpeed, and differs only in its loss.
 
 The trainer reads the loss's declared capabilities (``data``, ``needs_reference``,
-``needs_value_model``, ``needs_full_logits``, ``updates_reference``,
-``generates_own_pairs``) and never its name:
+``needs_value_model``, ``needs_full_logits``, ``updates_reference`` with its
+``reference_update``, ``generates_own_pairs``, ``pairs_from_iterate``, ``batch_stats``,
+``initial_state``) and never its name or a hyper-parameter's name:
 
 * offline data (``sft``, ``pairs``, ``unpaired``): a seeded ``DistributedSampler`` order,
   micro-batches, reference log-probs from a cache built once at step 0;
-* experience from the current policy (``online`` rollouts, or pairs for methods that
-  generate their own): rounds of rollout -> reward -> loss, with ``n`` rollouts per prompt,
-  ``B_p`` prompts per round and ``M`` rounds.
+* experience from the policy (``online`` rollouts, or pairs for methods that generate their
+  own): an experience source (rounds of rollout -> reward) plus the learner
+  (:mod:`oxbench.engine.learner`), with ``n`` rollouts per prompt, ``B_p`` prompts per round
+  and ``M`` rounds.
+
+Both loops give every loss ``progress`` (the share of optimiser steps done) and carry its
+state (:class:`~oxbench.engine.learner.LossState`).
 """
 
 from __future__ import annotations
@@ -22,19 +27,21 @@ import torch.nn as nn
 
 from losses import LossInputs, LossSpec
 from oxbench.config import RunConfig
-from oxbench.data.batching import encode_pair, logps_from_output
-from oxbench.data.formatting import format_completion, format_prompt
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
+from oxbench.engine.learner import (  # noqa: F401  (token_entropy, NonFiniteLoss: re-exported)
+    Learner,
+    LossState,
+    NonFiniteLoss,
+    check_finite,
+    micro_batches_per_rank,
+    token_entropy,
+)
 from oxbench.engine.reference import LiveReference, RefCache
-from oxbench.engine.rollout import RolloutWorker, collate_rollouts
+from oxbench.engine.rollout import RolloutWorker
 from oxbench.tasks.grading import is_correct
 from oxbench.utils import progress
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
 
 
 @dataclass
@@ -44,6 +51,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     data_stats: dict = field(default_factory=dict)
     seconds: float = 0.0
+    loss_state: dict | None = None  # the loss's carried state at the end (stateful specs)
 
 
 # --------------------------------------------------------------------------- model + engine
@@ -86,10 +94,12 @@ def warmup_cosine(total: int, warmup_ratio: float, min_ratio: float = 0.0, *, co
     return f
 
 
-def build_engine(model, cfg: RunConfig, total_steps: int):
+def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None = None):
+    """DeepSpeed engine; ``grad_accum``: micro-batches per optimiser step (default ``train.grad_accum``)."""
     import deepspeed
 
     t = cfg.train
+    accum = t.grad_accum if grad_accum is None else grad_accum
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999))
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -97,8 +107,8 @@ def build_engine(model, cfg: RunConfig, total_steps: int):
     )
     ds_config = {
         "train_micro_batch_size_per_gpu": t.batch_size,
-        "gradient_accumulation_steps": t.grad_accum,
-        "train_batch_size": t.batch_size * t.grad_accum * D.world_size(),
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": t.batch_size * accum * D.world_size(),
         "gradient_clipping": t.max_grad_norm,
         "zero_optimization": {"stage": t.zero_stage},
         "bf16": {"enabled": cfg.model.dtype == "bf16"},
@@ -127,11 +137,6 @@ def lm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if any(k.startswith("lm.") for k in state):
         return {k[3:]: v for k, v in state.items() if k.startswith("lm.")}
     return state
-
-
-def _check_finite(out, run: str, step: int) -> None:
-    if not torch.isfinite(out.loss).all():
-        raise NonFiniteLoss(f"run {run}: non-finite loss ({out.loss.item()}) at step {step}")
 
 
 def _mean_metrics(items: list[dict]) -> dict:
@@ -215,9 +220,7 @@ def train_offline(
             tokenizer.pad_token_id,
             key_parts=ref_key or {"run": run},
         )
-    sync_every = int(hparams.get("ref_model_sync_steps", 0) or 0)
-    mix = float(hparams.get("ref_model_mixup_alpha", 1.0))
-
+    state = LossState(spec)
     engine.train()
     step, micro_metrics = 0, []
     for i, (epoch, mb) in enumerate(progress(micro, f"{run}: train (micro-batches)", enabled=D.is_main())):
@@ -233,8 +236,10 @@ def train_offline(
         )
         if i == 0 and ref_cache is not None and t.check_reference:
             _check_reference_equal(inputs, spec.data, run)
+        inputs.progress, inputs.state = step / n_steps, state.value
         out = spec.fn(inputs, **hparams)
-        _check_finite(out, run, step)
+        check_finite(out, run, step)
+        state.offer(out.state)
         engine.backward(out.loss)
         boundary = engine.is_gradient_accumulation_boundary()
         gn = _grad_norm(engine) if boundary else None
@@ -242,6 +247,7 @@ def train_offline(
         micro_metrics.append({"loss": out.loss.item(), **out.metrics})
         if boundary:
             step += 1
+            state.commit()
             if step % t.log_every == 0 or step == n_steps:
                 _log(
                     res.history,
@@ -253,9 +259,9 @@ def train_offline(
                     gn,
                 )
             micro_metrics = []
-            if live_ref is not None and spec.updates_reference and sync_every and step % sync_every == 0:
-                live_ref.refresh(full_state_dict(engine), mix)
+            _maybe_update_reference(spec, hparams, live_ref, engine, step)
     res.steps, res.seconds = step, time.time() - start
+    res.loss_state = state.as_dict()
     return engine, res
 
 
@@ -290,6 +296,15 @@ def _round_prompts(prompts: list[dict], step: int, per_round: int, sampler) -> l
     return [prompts[i] for i in out]
 
 
+def rounds_per_iteration(spec: LossSpec, n_prompts: int, cfg: RunConfig) -> int | None:
+    """For ``pairs_from_iterate`` (SPIN): rounds in one iteration, ``online.pair_refresh_every``
+    passes over the prompts; None for every other method."""
+    if not spec.pairs_from_iterate:
+        return None
+    o = cfg.online
+    return max(1, math.ceil(n_prompts / o.prompts_per_batch)) * o.pair_refresh_every
+
+
 def train_online(
     cfg: RunConfig,
     spec: LossSpec,
@@ -302,20 +317,22 @@ def train_online(
     logger=None,
     reward_fn=is_correct,
 ) -> tuple[object, TrainResult]:
-    """Rounds of rollout -> reward -> loss. Rollouts carry the policy version that made them.
+    """The synchronous experience source plus the :class:`~oxbench.engine.learner.Learner`.
 
-    ``reward_fn(completion, reference_answer) -> float`` defaults to the strict grader.
+    Each round samples ``n`` rollouts for each of ``B_p`` prompts with the rollout worker's weights
+    (copied from the trainer every ``online.sync_every`` rounds; every rollout carries the version
+    that made it), scores them with ``reward_fn(completion, reference_answer)`` (default: the strict
+    grader), and the learner takes ``inner_epochs`` optimiser steps on them.
+
+    SPIN-style methods (``pairs_from_iterate``) instead freeze an iterate for a whole iteration
+    (``online.pair_refresh_every`` passes over the prompts): it samples every rejected answer of the
+    iteration and is the reference; then the trained policy becomes the next iterate.
     """
     o, t, seeds, res = cfg.online, cfg.train, cfg.seeds(), TrainResult()
     start = time.time()
     ws, rk = D.world_size(), D.rank()
-    if o.prompts_per_batch % (ws * t.grad_accum):
-        raise ValueError(
-            f"run {run}: online.prompts_per_batch={o.prompts_per_batch} must be divisible by "
-            f"world size x train.grad_accum = {ws * t.grad_accum}"
-        )
+    micro = micro_batches_per_rank(o.prompts_per_batch, t.batch_size, ws, run)
     per_rank = o.prompts_per_batch // ws
-    per_micro = per_rank // t.grad_accum
     if spec.needs_value_model:
         torch.manual_seed(seeds["init"])
         model = PolicyWithValue(model)
@@ -325,19 +342,24 @@ def train_online(
     wants_ref = spec.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
     live_ref = LiveReference(lm) if wants_ref else None
     n_updates = o.steps * o.inner_epochs
-    engine = build_engine(model, cfg, n_updates)
+    engine = build_engine(model, cfg, n_updates, grad_accum=micro)
+    learner = Learner(
+        spec, hparams, engine, tokenizer, live_ref, worker.max_len, o.max_new_tokens, micro, run
+    )
     sampler = make_sampler(len(prompts), seed=seeds["data"], rank=rk, world_size=ws)
-    sync_every_ref = hparams.get("ref_model_sync_steps", 0)
-    if sync_every_ref is None:  # one iteration = one pass over the prompts (SPIN)
-        sync_every_ref = max(1, math.ceil(len(prompts) / o.prompts_per_batch)) * o.inner_epochs
-    sync_every_ref = int(sync_every_ref or 0)
-    mix = float(hparams.get("ref_model_mixup_alpha", 1.0))
+    per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
     consumed, version = [], 0
     engine.train()
     for rnd in progress(range(o.steps), f"{run}: online rounds", enabled=D.is_main()):
         rows = _round_prompts(prompts, rnd, per_rank, sampler)
         consumed += [r["id"] for r in rows]
-        if rnd % o.sync_every == 0:
+        if per_iteration is not None:
+            if rnd % per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
+                weights = lm_state(full_state_dict(engine))
+                worker.sync(weights, version)
+                if rnd > 0:
+                    live_ref.refresh(weights, 1.0)
+        elif rnd % o.sync_every == 0:
             worker.sync(lm_state(full_state_dict(engine)), version)
         experience = worker.rollouts(
             rows,
@@ -350,60 +372,28 @@ def train_online(
         )
         rewards = torch.tensor([r.reward for r in experience])
         stats = rollout_stats(experience, ws)
-        old_values: dict[int, torch.Tensor] = {}  # value head at rollout time, per micro-batch
+        prepared = learner.prepare(experience, version)
         for _ in range(o.inner_epochs):
-            micro_metrics = []
-            for m in range(t.grad_accum):
-                part = experience[m * per_micro * o.n : (m + 1) * per_micro * o.n]
-                diag, tied = {}, False
-                if spec.generates_own_pairs:
-                    inputs, tied = _pair_inputs(spec, engine, live_ref, part, tokenizer, worker.max_len)
-                    diag = {"skipped_tied": float(tied)}
-                else:
-                    inputs, diag = _rollout_inputs(
-                        spec,
-                        engine,
-                        live_ref,
-                        part,
-                        tokenizer.pad_token_id,
-                        worker.max_len,
-                        version,
-                        o.max_new_tokens,
-                    )
-                    if inputs.values is not None:
-                        inputs.old_values = old_values.setdefault(m, inputs.values.detach())
-                out = spec.fn(inputs, **hparams)
-                _check_finite(out, run, version)
-                engine.backward(out.loss * 0.0 if tied else out.loss)
-                gn = _grad_norm(engine) if m == t.grad_accum - 1 else None
-                engine.step()
-                micro_metrics.append(diag if tied else {"loss": out.loss.item(), **out.metrics, **diag})
+            micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
             version += 1
-            if (
-                live_ref is not None
-                and spec.updates_reference
-                and sync_every_ref
-                and version % sync_every_ref == 0
-            ):
-                live_ref.refresh(lm_state(full_state_dict(engine)), mix)
+            _maybe_update_reference(spec, hparams, live_ref, engine, version)
             if version % t.log_every == 0 or rnd == o.steps - 1:
-                _log(
-                    res.history,
-                    logger,
-                    engine,
-                    version,
-                    micro_metrics,
-                    {
-                        "round": rnd,
-                        "reward_mean": rewards.mean().item(),
-                        **stats,
-                        "elapsed": time.time() - start,
-                    },
-                    gn,
-                )
+                extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats}
+                extra.update(policy_version=worker.version, elapsed=time.time() - start)
+                _log(res.history, logger, engine, version, micro_metrics, extra, gn)
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
     res.steps, res.seconds = version, time.time() - start
+    res.loss_state = learner.state.as_dict()
     return engine, res
+
+
+def _maybe_update_reference(spec, hparams, live_ref, engine, step: int) -> None:
+    """Apply the spec's ``reference_update`` after optimiser step ``step`` (TR-DPO), if it asks for one."""
+    if live_ref is None or spec.reference_update is None:
+        return
+    alpha = spec.reference_update(step, **hparams)
+    if alpha is not None:
+        live_ref.refresh(lm_state(full_state_dict(engine)), alpha)
 
 
 def rollout_stats(experience: list, world_size: int = 1) -> dict:
@@ -418,75 +408,3 @@ def rollout_stats(experience: list, world_size: int = 1) -> dict:
         "zero_variance_groups": sum(len(v) == 1 for v in groups.values()) / max(1, len(groups)),
         "truncated": sum(not r.finished for r in experience) / max(1, len(experience)),
     }
-
-
-@torch.no_grad()
-def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean entropy (nats) of the policy's next-token distribution over the completion tokens."""
-    logp = logits.float().log_softmax(-1)
-    ent = -(logp.exp() * logp).sum(-1)
-    return float((ent * mask).sum() / mask.sum().clamp(min=1))
-
-
-def _rollout_inputs(
-    spec, engine, live_ref, part, pad_id: int, max_len: int, version: int, max_new_tokens: int
-):
-    """(LossInputs, diagnostics) for one micro-batch of rollouts: the sampled ids, and the behaviour
-    log-probs captured when they were sampled as ``old_token_logps`` (no second forward, no re-tokenising)."""
-    batch, old = collate_rollouts(part, pad_id, max_len)
-    out = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    logp, mask, logits = logps_from_output(out, batch, return_logits=True)
-    inp = LossInputs(
-        token_logps=logp,
-        mask=mask,
-        logps=logp.sum(-1),
-        old_token_logps=old.to(logp.device),
-        rewards=torch.tensor([r.reward for r in part], dtype=torch.float32),
-        group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
-        policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
-        current_version=version,
-        max_completion_length=max_new_tokens,
-    )
-    if live_ref is not None:
-        inp.ref_token_logps = live_ref.logps(batch)[0]
-    if spec.needs_value_model:
-        inp.values = out["value"][:, :-1] * mask
-    return inp, {"entropy": token_entropy(logits, mask)}
-
-
-def _pair_examples(spec, part, tokenizer, max_len: int) -> list[dict]:
-    """One pair example per group with a preference, in sampled ids: best vs worst sample
-    (``self_play``; a group whose rewards all tie has none) or gold vs a wrong sample (``gold``)."""
-    by_group: dict[int, list] = {}
-    for r in part:
-        by_group.setdefault(r.group, []).append(r)
-    examples = []
-    for g, rs in by_group.items():
-        if spec.chosen_source == "gold":
-            gold = format_completion(tokenizer, rs[0].answer)
-            chosen = encode_pair(tokenizer, format_prompt(tokenizer, rs[0].question), gold, max_len)
-            rejected = next((r for r in rs if not r.reward), rs[0]).sequence(max_len)
-        else:
-            best, worst = max(rs, key=lambda r: r.reward), min(rs, key=lambda r: r.reward)
-            if best.reward == worst.reward:
-                continue
-            chosen, rejected = best.sequence(max_len), worst.sequence(max_len)
-        examples.append({"id": f"{rs[0].prompt_id}/{g}", "chosen": chosen, "rejected": rejected})
-    return examples
-
-
-def _pair_inputs(spec, engine, live_ref, part, tokenizer, max_len: int) -> tuple[LossInputs, bool]:
-    """(LossInputs, tied) for one micro-batch of a method that makes its own pairs.
-
-    ``tied``: no group has a preference (every reward equal). The forward still runs, on one sample
-    paired with itself, so that every rank makes the same collective calls, and the trainer multiplies
-    that loss by zero: the micro-batch adds no gradient (it still counts in DeepSpeed's average over
-    micro-batches and ranks) and logs only ``skipped_tied: 1``. Skipping the optimizer step instead would
-    need every micro-batch of every rank tied at once, or drop the pairs the others have.
-    """
-    examples = _pair_examples(spec, part, tokenizer, max_len)
-    tied = not examples
-    if tied:
-        seq = part[0].sequence(max_len)
-        examples = [{"id": "tied", "chosen": seq, "rejected": seq}]
-    return build_offline_inputs("pairs", engine, examples, tokenizer.pad_token_id, live_ref=live_ref), tied

@@ -446,7 +446,32 @@ def test_bco_batch_shift_absorbs_a_common_offset():
 
 def test_bco_rejects_unknown_shift():
     with pytest.raises(ValueError, match="reward_shift"):
-        losses.get("bco")(example(), reward_shift="running")
+        losses.get("bco")(example(), reward_shift="moving")
+
+
+def test_bco_running_mean_is_carried_as_state():
+    """reward_shift="running" (version 2): δ is the cumulative mean of every reward seen so far.
+
+    Batch 1: r_w = β·c, r_l = β·r with β = 0.1, c = (−3+4, −2+3) = (1, 1), r = (−5+4.5, −6+4) =
+    (−0.5, −2): rewards (0.1, 0.1, −0.05, −0.2), mean −0.0125, count 4. With no state the first step
+    equals the "batch" shift. Batch 2 = the same pairs again: its mean is −0.0125 too, so the running
+    mean stays −0.0125 with count 8; a batch with rewards (0.1, 0.1, 0.1, 0.1) would move it to
+    (4·(−0.0125) + 4·0.1)/8 = 0.04375.
+    """
+    base = make([-3.0, -2.0], [-5.0, -6.0], [-4.0, -3.0], [-4.5, -4.0])[0]
+    spec = losses.get("bco")
+    assert spec.initial_state == {"reward_mean": 0.0, "count": 0.0} and spec.version == 2
+    first = spec(base)
+    assert first.state["reward_mean"].item() == pytest.approx(-0.0125)
+    assert first.state["count"].item() == 4
+    assert first.loss.item() == pytest.approx(value("bco", base, reward_shift="batch"))
+    up = make([-3.0, -3.0], [-5.0, -5.0], [-4.0, -4.0], [-6.0, -6.0])[0]  # c = r = 1: rewards all 0.1
+    base.state = first.state
+    up.state = first.state
+    assert spec(base).state["reward_mean"].item() == pytest.approx(-0.0125)
+    second = spec(up)
+    assert second.state["reward_mean"].item() == pytest.approx(0.04375)
+    assert second.metrics["bco/delta"] == pytest.approx(0.04375)
 
 
 def test_sppo_zero_at_targets():

@@ -107,11 +107,40 @@ class TestODPO:
 
 class TestBetaDPO:
     def test_no_filter_no_adaptation_is_dpo(self):
-        """ρ = 0 keeps all pairs and then mean(kept) = batch mean, so β_batch = β: DPO."""
+        """ρ = 0 keeps all pairs and α = 0 fixes β: DPO. With α > 0, β = β₀ exactly when the moving
+        mean already equals the batch's mean gap (the update then leaves it there)."""
         inp = seq_inputs([-1.0, -3.0, -2.0], [-2.0, -1.0, -2.5], [-1.5, -2.0, -2.0], [-1.5, -2.5, -2.0])
-        out = run("betadpo", inp, filter_ratio=0.0, alpha=0.6)
+        out = run("betadpo", inp, filter_ratio=0.0, alpha=0.0)
         assert out.loss.item() == pytest.approx(dpo_value(inp), rel=1e-12)
-        assert out.metrics["betadpo/beta"] == pytest.approx(0.1)
+        gap = (inp.chosen_logps - inp.ref_chosen_logps - inp.rejected_logps + inp.ref_rejected_logps).detach()
+        inp.state = {"gap_mean": gap.mean().double(), "gap_std": gap.std().double()}
+        out = run("betadpo", inp, filter_ratio=0.0, alpha=0.6)
+        assert out.metrics["betadpo/beta"] == pytest.approx(0.1, rel=1e-9)
+        assert out.loss.item() == pytest.approx(dpo_value(inp), rel=1e-9)
+
+    def test_moving_averages_carried_as_state(self):
+        """The authors' update_and_sync_tensor_mean (γ = 0.9, both averages start at 0), then β.
+
+        Gaps M = (1, 3): batch mean 2, unbiased std √2. Step 1 from the initial state:
+        M₀ = 0.1·2 = 0.2, σ = 0.1·√2; ρ = 0 keeps both, β = 0.1(1 + 0.6(2 − 0.2)) = 0.208.
+        Step 2, same pairs, carrying that state: M₀ = 0.9·0.2 + 0.1·2 = 0.38, σ = 0.19·√2,
+        β = 0.1(1 + 0.6(2 − 0.38)) = 0.1972.
+        """
+        def pairs():
+            return seq_inputs([1.0, 3.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0])
+
+        spec = losses.get("betadpo")
+        assert spec.version == 2 and spec.initial_state == {"gap_mean": 0.0, "gap_std": 0.0}
+        first = spec(pairs(), filter_ratio=0.0)
+        assert first.state["gap_mean"].item() == pytest.approx(0.2)
+        assert first.state["gap_std"].item() == pytest.approx(0.1 * math.sqrt(2))
+        assert first.metrics["betadpo/beta"] == pytest.approx(0.208)
+        inp = pairs()
+        inp.state = first.state
+        second = spec(inp, filter_ratio=0.0)
+        assert second.state["gap_mean"].item() == pytest.approx(0.38)
+        assert second.state["gap_std"].item() == pytest.approx(0.19 * math.sqrt(2))
+        assert second.metrics["betadpo/beta"] == pytest.approx(0.1972)
 
     def test_hand_value_keeps_one_of_two(self):
         """Gaps M = (1, −1); ρ = 0.5 keeps k = 1 pair. Both have z = ±1/√2, equal weights.
@@ -482,6 +511,29 @@ class TestDPOShift:
         inp = seq_inputs([-1.0], [-2.0], [-1.5], [-1.5])
         run("dposhift", inp, shift_lambda=0.7).loss.backward()
         assert inp.rejected_logps.grad.item() == pytest.approx(-0.7 * inp.chosen_logps.grad.item(), rel=1e-12)
+
+    @pytest.mark.parametrize(
+        ("schedule", "progress", "lam"),
+        [
+            ("fixed", 0.2, 0.75),
+            ("increase_linear", 0.0, 0.75),
+            ("increase_linear", 0.2, 0.8),  # 0.75 + 0.25·0.2
+            ("decrease_linear", 0.0, 1.0),
+            ("decrease_linear", 0.2, 0.95),  # 1 − 0.25·0.2
+        ],
+    )
+    def test_schedules_follow_training_progress(self, schedule, progress, lam):
+        """The authors' schedules ("increase_linear-0.75to1.0", "decrease_linear-1.0to0.75") read
+        LossInputs.progress: h_w = 0.5, h_l = −0.3, β = 0.1 → L = softplus(−(0.05 + λ·0.03))."""
+        inp = seq_inputs([0.5], [-0.3], [0.0], [0.0])
+        inp.progress = progress
+        out = run("dposhift", inp, beta=0.1, shift_lambda=0.75, shift_schedule=schedule)
+        assert out.metrics["dposhift/lambda"] == pytest.approx(lam)
+        assert out.loss.item() == pytest.approx(softplus(-(0.05 + lam * 0.03)), rel=1e-9)
+
+    def test_unknown_schedule_raises(self):
+        with pytest.raises(ValueError, match="shift_schedule"):
+            run("dposhift", seq_inputs([0.5], [-0.3], [0.0], [0.0]), shift_schedule="cosine")
 
 
 # ------------------------------------------------------------------------------- Dr. DPO

@@ -1,0 +1,285 @@
+"""The learner: one optimiser step on a rollout batch, whatever produced it.
+
+An experience source (the synchronous loop in :func:`~oxbench.engine.trainer.train_online`, a
+fixed-lag or an asynchronous one) hands :meth:`Learner.prepare` a rollout batch (this rank's share),
+then calls :meth:`Learner.update` once per pass over it. The learner
+
+* splits the batch into micro-batches of ``train.batch_size`` prompts, each with all its rollouts
+  (so group statistics never straddle two micro-batches);
+* computes, once per batch and before any update, what does not depend on the parameters being
+  trained: the reference's log-probs, the value head's ``old_values``, and, when the batch is split
+  over more than one micro-batch or rank, the spec's whole-batch statistics (``batch_stats``: token
+  counts, whitening mean/std) over every rollout of every rank. So accumulation and ranks give the
+  loss of the whole batch, and an unsplit batch gives exactly what it gave before;
+* runs the loss on each micro-batch (sampled token ids, behaviour log-probs from the generation
+  pass, no re-tokenising) and steps the optimiser at the end;
+* carries the loss's state (:class:`LossState`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from losses import LossInputs, LossSpec
+from oxbench.data.batching import encode_pair, logps_from_output
+from oxbench.data.formatting import format_completion, format_prompt
+from oxbench.engine import distributed as D
+from oxbench.engine.batches import build_offline_inputs
+from oxbench.engine.rollout import Rollout, collate_rollouts
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss was NaN or infinite: the run is recorded as failed with this message."""
+
+
+def check_finite(out, run: str, step: int) -> None:
+    if not torch.isfinite(out.loss).all():
+        raise NonFiniteLoss(f"run {run}: non-finite loss ({out.loss.item()}) at step {step}")
+
+
+class LossState:
+    """The state a loss carries across optimiser steps (``LossSpec.initial_state``).
+
+    Every micro-batch of a step sees the state left by the previous step; each may propose an updated
+    state (``LossOutput.state``), and :meth:`commit` averages the proposals over the micro-batches
+    and the ranks, so every rank carries the same state. ``value`` is None for a stateless loss.
+    """
+
+    def __init__(self, spec: LossSpec):
+        init = spec.initial_state
+        self.value = {k: torch.tensor(float(v)) for k, v in init.items()} if init else None
+        self._proposals: list[dict] = []
+
+    def offer(self, state: dict | None) -> None:
+        if self.value is not None and state is not None:
+            self._proposals.append({k: float(v) for k, v in state.items()})
+
+    def commit(self) -> None:
+        if self.value is None:
+            return
+        proposals = [p for rank in D.all_gather_objects(self._proposals) for p in rank]
+        if proposals:
+            self.value = {k: torch.tensor(sum(p[k] for p in proposals) / len(proposals)) for k in self.value}
+        self._proposals = []
+
+    def as_dict(self) -> dict[str, float] | None:
+        return None if self.value is None else {k: float(v) for k, v in self.value.items()}
+
+
+def micro_batches_per_rank(prompts_per_batch: int, batch_size: int, world: int, run: str) -> int:
+    """How many micro-batches of ``batch_size`` prompts (with their rollouts) a rank's share holds."""
+    if prompts_per_batch % world:
+        raise ValueError(
+            f"run {run}: online.prompts_per_batch={prompts_per_batch} must be divisible by the world size {world}"
+        )
+    per_rank = prompts_per_batch // world
+    micro = min(batch_size, per_rank)
+    if per_rank % micro:
+        raise ValueError(
+            f"run {run}: train.batch_size={batch_size} prompts per micro-batch must divide the "
+            f"{per_rank} prompts each rank gets per round (online.prompts_per_batch / world size)"
+        )
+    return per_rank // micro
+
+
+@dataclass
+class Prepared:
+    """A rollout batch ready for :meth:`Learner.update`: its micro-batches and what stays fixed."""
+
+    parts: list[list[Rollout]]
+    batches: list[tuple[dict, torch.Tensor]] = field(default_factory=list)  # (collated, behaviour logps)
+    ref: list[torch.Tensor | None] = field(default_factory=list)
+    old_values: list[torch.Tensor | None] = field(default_factory=list)
+    stats: dict[str, torch.Tensor] | None = None
+    version: int = 0
+
+
+@dataclass
+class Learner:
+    spec: LossSpec
+    hparams: dict
+    engine: object
+    tokenizer: object
+    live_ref: object | None
+    max_len: int
+    max_new_tokens: int
+    micro_batches: int  # per rank
+    run: str
+    state: LossState = None
+
+    def __post_init__(self):
+        self.state = self.state or LossState(self.spec)
+
+    @property
+    def split(self) -> bool:
+        return self.micro_batches * D.world_size() > 1
+
+    # ----------------------------------------------------------------------------- prepare
+
+    @torch.no_grad()
+    def prepare(self, experience: list[Rollout], version: int) -> Prepared:
+        size = len(experience) // self.micro_batches
+        parts = [experience[m * size : (m + 1) * size] for m in range(self.micro_batches)]
+        prep = Prepared(parts, version=version)
+        if self.spec.generates_own_pairs:
+            return prep
+        pad = self.tokenizer.pad_token_id
+        for part in parts:
+            batch, old = collate_rollouts(part, pad, self.max_len)
+            prep.batches.append((batch, old))
+            prep.ref.append(self.live_ref.logps(batch)[0] if self.live_ref is not None else None)
+            prep.old_values.append(self._values(batch) if self.spec.needs_value_model else None)
+        if self.split:
+            prep.stats = self._batch_stats(prep)
+        return prep
+
+    def _values(self, batch) -> torch.Tensor:
+        out = self.engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        _, mask = logps_from_output(out, batch)
+        return (out["value"][:, :-1] * mask).detach()
+
+    def _batch_view(self, prep: Prepared) -> LossInputs:
+        """Every rollout of this rank's batch as one (no-gradient) LossInputs, padded on the right."""
+        cols = max(old.size(1) for _, old in prep.batches)
+
+        def cat(ts):
+            return torch.cat([torch.nn.functional.pad(t.float(), (0, cols - t.size(1))) for t in ts])
+
+        masks = [batch["response_mask"][:, 1:].to(old.dtype) for batch, old in prep.batches]
+        olds = [old for _, old in prep.batches]
+        rollouts = [r for part in prep.parts for r in part]
+        return LossInputs(
+            token_logps=cat(olds),
+            old_token_logps=cat(olds),
+            mask=cat(masks),
+            rewards=torch.tensor([r.reward for r in rollouts], dtype=torch.float32),
+            group_ids=torch.tensor([r.group for r in rollouts], dtype=torch.long),
+            policy_versions=torch.tensor([r.policy_version for r in rollouts], dtype=torch.long),
+            current_version=prep.version,
+            max_completion_length=self.max_new_tokens,
+            ref_token_logps=cat(prep.ref) if prep.ref[0] is not None else None,
+            values=cat(prep.old_values) if prep.old_values[0] is not None else None,
+            old_values=cat(prep.old_values) if prep.old_values[0] is not None else None,
+        )
+
+    def _batch_stats(self, prep: Prepared) -> dict[str, torch.Tensor]:
+        """``tokens`` plus the spec's ``batch_stats`` over every rollout of every rank."""
+        views = D.all_gather_objects(self._batch_view(prep))
+        cols = max(v.mask.size(1) for v in views)
+        merged = {}
+        for name in ("token_logps", "old_token_logps", "mask", "ref_token_logps", "values", "old_values"):
+            ts = [getattr(v, name) for v in views]
+            merged[name] = (
+                None
+                if ts[0] is None
+                else torch.cat([torch.nn.functional.pad(t, (0, cols - t.size(1))) for t in ts])
+            )
+        for name in ("rewards", "group_ids", "policy_versions"):
+            merged[name] = torch.cat([getattr(v, name) for v in views])
+        batch = LossInputs(**merged, current_version=prep.version, max_completion_length=self.max_new_tokens)
+        stats = {"tokens": batch.mask.sum()}
+        if self.spec.batch_stats is not None:
+            stats.update(self.spec.batch_stats(batch, **self.hparams))
+        return stats
+
+    # ------------------------------------------------------------------------------ update
+
+    def update(self, prep: Prepared, version: int, progress: float) -> tuple[list[dict], float | None]:
+        """One optimiser step over the prepared batch. Returns the micro-batches' metrics and the
+        gradient norm (before clipping)."""
+        from oxbench.engine.trainer import _grad_norm
+
+        metrics, grad_norm = [], None
+        for m in range(self.micro_batches):
+            inputs, diag, tied = self._inputs(prep, m, version)
+            inputs.progress, inputs.state = progress, self.state.value
+            out = self.spec.fn(inputs, **self.hparams)
+            check_finite(out, self.run, version)
+            self.engine.backward(out.loss * 0.0 if tied else out.loss)
+            if m == self.micro_batches - 1:
+                grad_norm = _grad_norm(self.engine)
+            self.engine.step()
+            if not tied:
+                self.state.offer(out.state)
+            metrics.append(diag if tied else {"loss": out.loss.item(), **out.metrics, **diag})
+        self.state.commit()
+        return metrics, grad_norm
+
+    def _inputs(self, prep: Prepared, m: int, version: int) -> tuple[LossInputs, dict, bool]:
+        """(LossInputs, diagnostics, tied) for micro-batch ``m``."""
+        if self.spec.generates_own_pairs:
+            inputs, tied = pair_inputs(
+                self.spec, self.engine, self.live_ref, prep.parts[m], self.tokenizer, self.max_len
+            )
+            return inputs, {"skipped_tied": float(tied)}, tied
+        batch, old = prep.batches[m]
+        out = self.engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        logp, mask, logits = logps_from_output(out, batch, return_logits=True)
+        part = prep.parts[m]
+        inputs = LossInputs(
+            token_logps=logp,
+            mask=mask,
+            logps=logp.sum(-1),
+            old_token_logps=old.to(logp.device),
+            rewards=torch.tensor([r.reward for r in part], dtype=torch.float32),
+            group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
+            policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
+            current_version=version,
+            max_completion_length=self.max_new_tokens,
+            ref_token_logps=prep.ref[m],
+        )
+        if self.split:
+            inputs.micro_batches = self.micro_batches * D.world_size()
+            inputs.batch_stats = prep.stats
+        if self.spec.needs_value_model:
+            inputs.values = out["value"][:, :-1] * mask
+            inputs.old_values = prep.old_values[m]
+        return inputs, {"entropy": token_entropy(logits, mask)}, False
+
+
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean entropy (nats) of the policy's next-token distribution over the completion tokens."""
+    logp = logits.float().log_softmax(-1)
+    ent = -(logp.exp() * logp).sum(-1)
+    return float((ent * mask).sum() / mask.sum().clamp(min=1))
+
+
+def pair_examples(spec, part, tokenizer, max_len: int) -> list[dict]:
+    """One pair example per group with a preference, in sampled ids: best vs worst sample
+    (``self_play``; a group whose rewards all tie has none) or gold vs a wrong sample (``gold``)."""
+    by_group: dict[int, list] = {}
+    for r in part:
+        by_group.setdefault(r.group, []).append(r)
+    examples = []
+    for g, rs in by_group.items():
+        if spec.chosen_source == "gold":
+            gold = format_completion(tokenizer, rs[0].answer)
+            chosen = encode_pair(tokenizer, format_prompt(tokenizer, rs[0].question), gold, max_len)
+            rejected = next((r for r in rs if not r.reward), rs[0]).sequence(max_len)
+        else:
+            best, worst = max(rs, key=lambda r: r.reward), min(rs, key=lambda r: r.reward)
+            if best.reward == worst.reward:
+                continue
+            chosen, rejected = best.sequence(max_len), worst.sequence(max_len)
+        examples.append({"id": f"{rs[0].prompt_id}/{g}", "chosen": chosen, "rejected": rejected})
+    return examples
+
+
+def pair_inputs(spec, engine, live_ref, part, tokenizer, max_len: int) -> tuple[LossInputs, bool]:
+    """(LossInputs, tied) for one micro-batch of a method that makes its own pairs.
+
+    ``tied``: no group has a preference (every reward equal). The forward still runs, on one sample
+    paired with itself, so that every rank makes the same collective calls, and the learner multiplies
+    that loss by zero: the micro-batch adds no gradient (it still counts in DeepSpeed's average over
+    micro-batches and ranks) and logs only ``skipped_tied: 1``. Skipping the optimizer step instead would
+    need every micro-batch of every rank tied at once, or drop the pairs the others have.
+    """
+    examples = pair_examples(spec, part, tokenizer, max_len)
+    tied = not examples
+    if tied:
+        seq = part[0].sequence(max_len)
+        examples = [{"id": "tied", "chosen": seq, "rejected": seq}]
+    return build_offline_inputs("pairs", engine, examples, tokenizer.pad_token_id, live_ref=live_ref), tied
