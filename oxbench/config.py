@@ -106,8 +106,8 @@ class DataConfig(Strict):
 
 class TrainConfig(Strict):
     epochs: int = 1
-    batch_size: int = 8  # per process, per micro-step
-    grad_accum: int = 1
+    batch_size: int = 8  # per process, per micro-step (online: prompts, each with its n rollouts)
+    grad_accum: int = 1  # offline only: online, one rollout batch is one optimiser step
     lr: float = 1e-6
     warmup_ratio: float = 0.1
     schedule: Literal["cosine", "constant"] = "cosine"  # after warm-up: cosine to min_lr_ratio, or flat
@@ -236,3 +236,20 @@ def _known_keys(model: type[BaseModel], path) -> list[str]:
             return []
         model = field.annotation
     return list(model.model_fields)
+
+
+def micro_batches_per_rank(prompts_per_batch: int, batch_size: int, world: int, run: str) -> int:
+    """Online: how many micro-batches of ``train.batch_size`` prompts (each with all its rollouts) one
+    rank's share of a round holds. A ValueError names the knob when they do not divide."""
+    if prompts_per_batch % world:
+        raise ValueError(
+            f"run {run}: online.prompts_per_batch={prompts_per_batch} must be divisible by the world size {world}"
+        )
+    per_rank = prompts_per_batch // world
+    micro = min(batch_size, per_rank)
+    if per_rank % micro:
+        raise ValueError(
+            f"run {run}: train.batch_size={batch_size} prompts per micro-batch must divide the "
+            f"{per_rank} prompts each rank gets per round (online.prompts_per_batch / world size)"
+        )
+    return per_rank // micro

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import losses
-from oxbench.config import RunConfig, format_validation_error
+from oxbench.config import RunConfig, format_validation_error, micro_batches_per_rank
 
 ALIASES = {"scale": "model.name", "lora": "model.lora.enabled"}
 
@@ -176,7 +176,10 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
     from oxbench.tasks.errors import TaskError
 
     try:
-        losses.get(cfg.method).resolve_hparams(cfg.loss)
+        spec = losses.get(cfg.method)
+        spec.resolve_hparams(cfg.loss)
+        if spec.data == "online" or spec.generates_own_pairs:
+            micro_batches_per_rank(cfg.online.prompts_per_batch, cfg.train.batch_size, 1, cfg.method)
         check_model_name(cfg.model.name)
         if cfg.task.name == "gsm8k":
             from oxbench.tasks import load_task_split
@@ -187,8 +190,9 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
             _check_arith_sizes(cfg.task.steps, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
     except (losses.LossError, ModelError, TaskError) as exc:
         raise GridError(f"{where}: {exc}") from None
-    except ValueError as exc:  # the knobs allow fewer distinct problems than asked for
-        raise GridError(f"{where}: field 'task': {exc}") from None
+    except ValueError as exc:  # online micro-batches, or knobs allowing too few distinct problems
+        field = "train.batch_size" if "train.batch_size" in str(exc) else "task"
+        raise GridError(f"{where}: field '{field}': {exc}") from None
 
 
 @functools.lru_cache(maxsize=64)

@@ -230,3 +230,20 @@ def test_bad_testbed_knobs_are_one_line_errors_before_any_work(tmp_path, over, n
     assert len(res.output.strip().splitlines()) == 1, res.output
     for n in needles:
         assert n in res.output, res.output
+
+
+def test_online_micro_batch_that_does_not_divide_the_round_is_a_plan_time_error(tmp_path):
+    """Online, train.batch_size is prompts per micro-batch: 16 prompts per round in micro-batches of 6
+    do not divide, a one-line error naming the key (exit 2) before anything is pre-trained."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from oxbench.cli import app
+
+    base = {"model": {"name": "tiny-xs"}, "train": {"batch_size": 6}, "online": {"prompts_per_batch": 16}}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "base": base, "axes": {"method": ["sgrpo", "sft"]}}))
+    res = CliRunner().invoke(app, ["run", "--grid", str(path), "--out", str(tmp_path / "o"), "--plan"])
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert "train.batch_size" in res.output and "sgrpo" in res.output

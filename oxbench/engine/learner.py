@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from losses import LossInputs, LossSpec
+from oxbench.config import micro_batches_per_rank  # noqa: F401  (re-exported)
 from oxbench.data.batching import encode_pair, logps_from_output
 from oxbench.data.formatting import format_completion, format_prompt
 from oxbench.engine import distributed as D
@@ -66,22 +67,6 @@ class LossState:
 
     def as_dict(self) -> dict[str, float] | None:
         return None if self.value is None else {k: float(v) for k, v in self.value.items()}
-
-
-def micro_batches_per_rank(prompts_per_batch: int, batch_size: int, world: int, run: str) -> int:
-    """How many micro-batches of ``batch_size`` prompts (with their rollouts) a rank's share holds."""
-    if prompts_per_batch % world:
-        raise ValueError(
-            f"run {run}: online.prompts_per_batch={prompts_per_batch} must be divisible by the world size {world}"
-        )
-    per_rank = prompts_per_batch // world
-    micro = min(batch_size, per_rank)
-    if per_rank % micro:
-        raise ValueError(
-            f"run {run}: train.batch_size={batch_size} prompts per micro-batch must divide the "
-            f"{per_rank} prompts each rank gets per round (online.prompts_per_batch / world size)"
-        )
-    return per_rank // micro
 
 
 @dataclass

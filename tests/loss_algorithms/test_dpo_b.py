@@ -126,6 +126,7 @@ class TestBetaDPO:
         Step 2, same pairs, carrying that state: M₀ = 0.9·0.2 + 0.1·2 = 0.38, σ = 0.19·√2,
         β = 0.1(1 + 0.6(2 − 0.38)) = 0.1972.
         """
+
         def pairs():
             return seq_inputs([1.0, 3.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0])
 
