@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 
-from oxbench.data.formatting import format_prompt
-from oxbench.eval.generation import generate
 from oxbench.tasks.grading import is_correct
+from oxbench.text.formatting import format_prompt
+from oxbench.text.generation import generate
 from oxbench.utils import cache_root, content_hash, write_json_atomic
 
 SELF_PLAY_VERSION = 1

@@ -13,8 +13,8 @@ import random
 import torch
 
 from losses import LossInputs
-from oxbench.data.batching import collate, encode_pair, token_logps
-from oxbench.data.formatting import format_completion, format_prompt
+from oxbench.text.batching import collate, encode_pair, token_logps
+from oxbench.text.formatting import format_completion, format_prompt
 
 ROLES = {"sft": ("main",), "pairs": ("chosen", "rejected"), "unpaired": ("main", "kl")}
 

@@ -24,11 +24,11 @@ import torch
 
 from losses import LossInputs, LossSpec
 from oxbench.config import micro_batches_per_rank  # noqa: F401  (re-exported)
-from oxbench.data.batching import encode_pair, logps_from_output
-from oxbench.data.formatting import format_completion, format_prompt
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
 from oxbench.engine.rollout import Rollout, collate_rollouts
+from oxbench.text.batching import encode_pair, logps_from_output
+from oxbench.text.formatting import format_completion, format_prompt
 
 
 class NonFiniteLoss(RuntimeError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from losses.reference import mix_reference_
-from oxbench.data.batching import collate, token_logps
+from oxbench.text.batching import collate, token_logps
 from oxbench.utils import cache_root, content_hash
 
 REF_CACHE_VERSION = 1

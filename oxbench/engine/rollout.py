@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from oxbench.data.batching import collate
-from oxbench.data.formatting import format_prompt
-from oxbench.eval.generation import sample
+from oxbench.text.batching import collate
+from oxbench.text.formatting import format_prompt
+from oxbench.text.generation import sample
 
 LOGITS_BUDGET = 4 * 2**30  # bytes of per-step fp32 logits one generation batch may hold (output_logits)
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from math import comb
 
 from oxbench.config import RunConfig
-from oxbench.data.formatting import format_prompt
-from oxbench.eval.generation import generate
 from oxbench.tasks import chance_accuracy, load_task_split, verify_working
 from oxbench.tasks.grading import is_correct
+from oxbench.text.formatting import format_prompt
+from oxbench.text.generation import generate
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

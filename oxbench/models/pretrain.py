@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from oxbench.data.batching import collate, encode_pair, token_logps
-from oxbench.data.formatting import format_completion, format_prompt
 from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
+from oxbench.text.batching import collate, encode_pair, token_logps
+from oxbench.text.formatting import format_completion, format_prompt
 from oxbench.utils import cache_root, content_hash, progress, write_json_atomic
 
 PRETRAIN_VERSION = 1
