@@ -73,7 +73,7 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
-                env=_child_env(workers),
+                env=_child_env(workers, nproc),
             )
     finally:
         cfg_file.unlink(missing_ok=True)
@@ -165,12 +165,23 @@ def _shared_groups(cells: list[RunConfig]) -> dict[str, list[RunConfig]]:
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _child_env(workers: int) -> dict:
-    """Each cell is its own distributed world: never inherit the parent's rank or port."""
+def cell_threads(workers: int, nproc: int = 1, cores: int | None = None) -> int:
+    """CPU threads per cell process: its share of the cores, ``cores // (workers x nproc)``.
+
+    Overrides the user's ``OMP_NUM_THREADS`` (two workers that each keep 2 threads on 2 cores run
+    2.5x slower than one, issue 13); ``OXBENCH_THREADS`` sets it explicitly."""
+    if os.environ.get("OXBENCH_THREADS"):
+        return max(1, int(os.environ["OXBENCH_THREADS"]))
+    return max(1, (cores or os.cpu_count() or 1) // (max(1, workers) * max(1, nproc)))
+
+
+def _child_env(workers: int, nproc: int = 1) -> dict:
+    """Each cell is its own distributed world: never inherit the parent's rank or port. Each gets
+    its share of the cores (:func:`cell_threads`) when cells or ranks run side by side."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env["PYTHONUNBUFFERED"] = "1"
-    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    if workers > 1 or nproc > 1 or os.environ.get("OXBENCH_THREADS"):
+        env["OMP_NUM_THREADS"] = str(cell_threads(workers, nproc))
     return env
 
 

@@ -138,3 +138,20 @@ def test_small_scales_run_while_a_large_one_is_still_preparing(tmp_path, monkeyp
     assert len(recs) == 4 and sorted(prepared) == ["big", "small"]
     assert order.index("ran small/0") < order.index("prepared big")
     assert order.index("prepared big") < order.index("ran big/0")
+
+
+def test_each_cell_gets_its_share_of_the_cores(monkeypatch):
+    """Two workers on 2 cores get 1 thread each, whatever OMP_NUM_THREADS the user exported;
+    OXBENCH_THREADS overrides; a single worker keeps the user's environment."""
+    from oxbench.executors import _child_env, cell_threads
+
+    monkeypatch.delenv("OXBENCH_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert (
+        cell_threads(2, cores=2) == 1 and cell_threads(2, 2, cores=8) == 2 and cell_threads(4, cores=2) == 1
+    )
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert _child_env(2)["OMP_NUM_THREADS"] == "1"
+    assert _child_env(1)["OMP_NUM_THREADS"] == "2"
+    monkeypatch.setenv("OXBENCH_THREADS", "3")
+    assert _child_env(2)["OMP_NUM_THREADS"] == "3"
