@@ -131,6 +131,12 @@ class LossSpec:
             )
         return {**self.defaults, **overrides}
 
+    def uses_reference(self, hparams: dict[str, Any]) -> bool:
+        """Whether a run with these hyper-parameters needs the reference model: ``needs_reference``,
+        or a KL coefficient ``beta`` > 0 on a method whose KL to the reference is optional (GRPO-style
+        losses are reference-free by default)."""
+        return self.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
+
     def __call__(self, inputs: LossInputs, **hparams: Any) -> LossOutput:
         return self.fn(inputs, **self.resolve_hparams(hparams))
 

@@ -18,10 +18,11 @@ import torch
 from helpers import cfg_for, length_parity_reward, rows_for
 
 import losses
+from oxbench.config import micro_batches_per_rank
 from oxbench.engine import distributed as D
+from oxbench.engine import learner as learner_mod
 from oxbench.engine import trainer as tr
-from oxbench.engine.learner import Learner, micro_batches_per_rank
-from oxbench.engine.reference import LiveReference
+from oxbench.engine.learner import Learner
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.models.loading import load_model
 
@@ -65,17 +66,12 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
     batch = fixed_batch(model, tok)
     per_rank = PROMPTS // ws
     mine = batch[rk * per_rank * N : (rk + 1) * per_rank * N]
-    if spec.needs_value_model:
-        torch.manual_seed(0)
-        model = tr.PolicyWithValue(model)
-    lm = model.lm if isinstance(model, tr.PolicyWithValue) else model
-    wants_ref = spec.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
-    live_ref = LiveReference(lm) if wants_ref else None
+    model, _, live_ref = tr.online_policy(spec, hparams, model, 0)
     micro = micro_batches_per_rank(PROMPTS, per_micro, ws, method)
     engine = tr.build_engine(model, cfg, 2, grad_accum=micro)
     learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method)
     grads = []
-    real = tr._grad_norm
+    real = learner_mod.grad_norm
 
     def capture(eng):
         grads.append(
@@ -85,13 +81,13 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
         )
         return real(eng)
 
-    tr._grad_norm = capture
+    learner_mod.grad_norm = capture
     try:
         prep = learner.prepare(mine, 0)
         for version in range(2):
             metrics, _ = learner.update(prep, version, progress=version / 2)
     finally:
-        tr._grad_norm = real
+        learner_mod.grad_norm = real
     params = torch.cat([p.detach().flatten() for p in tr.full_state_dict(engine).values()])
     return {"grads": grads, "params": params, "loss": [m["loss"] for m in metrics]}
 

@@ -12,7 +12,8 @@ import torch
 from pydantic import ValidationError
 
 from oxbench.config import PretrainSettings, RunConfig, TaskConfig
-from oxbench.engine.trainer import rollout_stats, token_entropy, warmup_cosine
+from oxbench.engine.learner import token_entropy
+from oxbench.engine.trainer import rollout_stats, warmup_cosine
 from oxbench.models.pretrain import PretrainConfig, styled_rows
 from oxbench.tasks import arith, chance_accuracy, load_task_split, verify_working
 from oxbench.tasks.grading import is_correct
@@ -177,7 +178,7 @@ def test_online_history_logs_what_shows_why_rl_learns(micro_model_dir):
 
 def test_grad_norm_matches_torch_clip_grad_norm(micro_model_dir):
     """The logged norm is the pre-clipping global norm torch computes from the same gradients."""
-    from oxbench.engine.trainer import _grad_norm
+    from oxbench.engine.learner import grad_norm as _grad_norm
 
     lin = torch.nn.Linear(3, 2)
     lin(torch.ones(4, 3)).pow(2).sum().backward()

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import torch
 
 from losses import LossInputs, LossSpec
-from oxbench.config import micro_batches_per_rank  # noqa: F401  (re-exported)
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
 from oxbench.engine.rollout import Rollout, collate_rollouts
@@ -38,6 +37,25 @@ class NonFiniteLoss(RuntimeError):
 def check_finite(out, run: str, step: int) -> None:
     if not torch.isfinite(out.loss).all():
         raise NonFiniteLoss(f"run {run}: non-finite loss ({out.loss.item()}) at step {step}")
+
+
+def grad_norm(engine) -> float | None:
+    """The pre-clipping global gradient norm, read just before ``engine.step()`` at a boundary.
+
+    DeepSpeed reports it on its ZeRO paths but returns ``None`` on the fp32 ZeRO-0 path, so there it
+    is computed from the gradients (already averaged over ranks and accumulation steps)."""
+    if engine.zero_optimization_stage() != 0:
+        return None
+    sq = sum(p.grad.detach().float().pow(2).sum() for p in engine.module.parameters() if p.grad is not None)
+    return float(sq) ** 0.5
+
+
+def _pad_cat(ts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """Rows of (B_i, T_i) tensors stacked into one (ΣB_i, max T_i), zero-padded on the right."""
+    if ts[0] is None:
+        return None
+    cols = max(t.size(1) for t in ts)
+    return torch.cat([torch.nn.functional.pad(t.float(), (0, cols - t.size(1))) for t in ts])
 
 
 class LossState:
@@ -125,45 +143,36 @@ class Learner:
         _, mask = logps_from_output(out, batch)
         return (out["value"][:, :-1] * mask).detach()
 
-    def _batch_view(self, prep: Prepared) -> LossInputs:
-        """Every rollout of this rank's batch as one (no-gradient) LossInputs, padded on the right."""
-        cols = max(old.size(1) for _, old in prep.batches)
+    def _batch_stats(self, prep: Prepared) -> dict[str, torch.Tensor]:
+        """``tokens`` plus the spec's ``batch_stats`` over every rollout of every rank: the micro-batches
+        of all ranks as one no-gradient LossInputs, zero-padded on the right."""
+        local = {
+            "old": [old for _, old in prep.batches],
+            "mask": [batch["response_mask"][:, 1:].to(old.dtype) for batch, old in prep.batches],
+            "ref": prep.ref,
+            "values": prep.old_values,
+            "rows": [(r.reward, r.group, r.policy_version) for part in prep.parts for r in part],
+        }
+        ranks = D.all_gather_objects(local)
 
-        def cat(ts):
-            return torch.cat([torch.nn.functional.pad(t.float(), (0, cols - t.size(1))) for t in ts])
+        def merged(key):
+            return _pad_cat([t for rank in ranks for t in rank[key]])
 
-        masks = [batch["response_mask"][:, 1:].to(old.dtype) for batch, old in prep.batches]
-        olds = [old for _, old in prep.batches]
-        rollouts = [r for part in prep.parts for r in part]
-        return LossInputs(
-            token_logps=cat(olds),
-            old_token_logps=cat(olds),
-            mask=cat(masks),
-            rewards=torch.tensor([r.reward for r in rollouts], dtype=torch.float32),
-            group_ids=torch.tensor([r.group for r in rollouts], dtype=torch.long),
-            policy_versions=torch.tensor([r.policy_version for r in rollouts], dtype=torch.long),
+        old, values = merged("old"), merged("values")
+        rewards, groups, versions = zip(*[row for rank in ranks for row in rank["rows"]], strict=True)
+        batch = LossInputs(
+            token_logps=old,
+            old_token_logps=old,
+            mask=merged("mask"),
+            rewards=torch.tensor(rewards, dtype=torch.float32),
+            group_ids=torch.tensor(groups, dtype=torch.long),
+            policy_versions=torch.tensor(versions, dtype=torch.long),
             current_version=prep.version,
             max_completion_length=self.max_new_tokens,
-            ref_token_logps=cat(prep.ref) if prep.ref[0] is not None else None,
-            values=cat(prep.old_values) if prep.old_values[0] is not None else None,
-            old_values=cat(prep.old_values) if prep.old_values[0] is not None else None,
+            ref_token_logps=merged("ref"),
+            values=values,
+            old_values=values,
         )
-
-    def _batch_stats(self, prep: Prepared) -> dict[str, torch.Tensor]:
-        """``tokens`` plus the spec's ``batch_stats`` over every rollout of every rank."""
-        views = D.all_gather_objects(self._batch_view(prep))
-        cols = max(v.mask.size(1) for v in views)
-        merged = {}
-        for name in ("token_logps", "old_token_logps", "mask", "ref_token_logps", "values", "old_values"):
-            ts = [getattr(v, name) for v in views]
-            merged[name] = (
-                None
-                if ts[0] is None
-                else torch.cat([torch.nn.functional.pad(t, (0, cols - t.size(1))) for t in ts])
-            )
-        for name in ("rewards", "group_ids", "policy_versions"):
-            merged[name] = torch.cat([getattr(v, name) for v in views])
-        batch = LossInputs(**merged, current_version=prep.version, max_completion_length=self.max_new_tokens)
         stats = {"tokens": batch.mask.sum()}
         if self.spec.batch_stats is not None:
             stats.update(self.spec.batch_stats(batch, **self.hparams))
@@ -174,9 +183,7 @@ class Learner:
     def update(self, prep: Prepared, version: int, progress: float) -> tuple[list[dict], float | None]:
         """One optimiser step over the prepared batch. Returns the micro-batches' metrics and the
         gradient norm (before clipping)."""
-        from oxbench.engine.trainer import _grad_norm
-
-        metrics, grad_norm = [], None
+        metrics, norm = [], None
         for m in range(self.micro_batches):
             inputs, diag, tied = self._inputs(prep, m, version)
             inputs.progress, inputs.state = progress, self.state.value
@@ -184,13 +191,13 @@ class Learner:
             check_finite(out, self.run, version)
             self.engine.backward(out.loss * 0.0 if tied else out.loss)
             if m == self.micro_batches - 1:
-                grad_norm = _grad_norm(self.engine)
+                norm = grad_norm(self.engine)
             self.engine.step()
             if not tied:
                 self.state.offer(out.state)
             metrics.append(diag if tied else {"loss": out.loss.item(), **out.metrics, **diag})
         self.state.commit()
-        return metrics, grad_norm
+        return metrics, norm
 
     def _inputs(self, prep: Prepared, m: int, version: int) -> tuple[LossInputs, dict, bool]:
         """(LossInputs, diagnostics, tied) for micro-batch ``m``."""

@@ -26,18 +26,11 @@ import torch
 import torch.nn as nn
 
 from losses import LossInputs, LossSpec
-from oxbench.config import RunConfig
+from oxbench.config import RunConfig, micro_batches_per_rank
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
-from oxbench.engine.learner import (  # noqa: F401  (token_entropy, NonFiniteLoss: re-exported)
-    Learner,
-    LossState,
-    NonFiniteLoss,
-    check_finite,
-    micro_batches_per_rank,
-    token_entropy,
-)
+from oxbench.engine.learner import Learner, LossState, check_finite, grad_norm
 from oxbench.engine.reference import LiveReference, RefCache
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.tasks.grading import is_correct
@@ -144,17 +137,6 @@ def _mean_metrics(items: list[dict]) -> dict:
     return {k: sum(d[k] for d in items if k in d) / sum(1 for d in items if k in d) for k in sorted(keys)}
 
 
-def _grad_norm(engine) -> float | None:
-    """The pre-clipping global gradient norm, read just before ``engine.step()`` at a boundary.
-
-    DeepSpeed reports it on its ZeRO paths but returns ``None`` on the fp32 ZeRO-0 path, so there it
-    is computed from the gradients (already averaged over ranks and accumulation steps)."""
-    if engine.zero_optimization_stage() != 0:
-        return None
-    sq = sum(p.grad.detach().float().pow(2).sum() for p in engine.module.parameters() if p.grad is not None)
-    return float(sq) ** 0.5
-
-
 def _log(history, logger, engine, step, micro_metrics, extra, grad_norm=None):
     row = {"step": step, "lr": engine.get_lr()[0], **_mean_metrics(micro_metrics), **extra}
     gn = engine.get_global_grad_norm()
@@ -242,7 +224,7 @@ def train_offline(
         state.offer(out.state)
         engine.backward(out.loss)
         boundary = engine.is_gradient_accumulation_boundary()
-        gn = _grad_norm(engine) if boundary else None
+        gn = grad_norm(engine) if boundary else None
         engine.step()
         micro_metrics.append({"loss": out.loss.item(), **out.metrics})
         if boundary:
@@ -296,6 +278,16 @@ def _round_prompts(prompts: list[dict], step: int, per_round: int, sampler) -> l
     return [prompts[i] for i in out]
 
 
+def online_policy(spec: LossSpec, hparams: dict, model, init_seed: int):
+    """``(model, lm, live_ref)`` for an online run: the policy (with a value head, seeded, when the spec
+    needs one), its bare LM, and a frozen reference copy when the run uses one (else None)."""
+    if spec.needs_value_model:
+        torch.manual_seed(init_seed)
+        model = PolicyWithValue(model)
+    lm = model.lm if isinstance(model, PolicyWithValue) else model
+    return model, lm, LiveReference(lm) if spec.uses_reference(hparams) else None
+
+
 def rounds_per_iteration(spec: LossSpec, n_prompts: int, cfg: RunConfig) -> int | None:
     """For ``pairs_from_iterate`` (SPIN): rounds in one iteration, ``online.pair_refresh_every``
     passes over the prompts; None for every other method."""
@@ -333,14 +325,8 @@ def train_online(
     ws, rk = D.world_size(), D.rank()
     micro = micro_batches_per_rank(o.prompts_per_batch, t.batch_size, ws, run)
     per_rank = o.prompts_per_batch // ws
-    if spec.needs_value_model:
-        torch.manual_seed(seeds["init"])
-        model = PolicyWithValue(model)
-    lm = model.lm if isinstance(model, PolicyWithValue) else model
+    model, lm, live_ref = online_policy(spec, hparams, model, seeds["init"])
     worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len)
-    # a KL-regularised variant (beta > 0) of a method that is reference-free by default needs one too
-    wants_ref = spec.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
-    live_ref = LiveReference(lm) if wants_ref else None
     n_updates = o.steps * o.inner_epochs
     engine = build_engine(model, cfg, n_updates, grad_accum=micro)
     learner = Learner(
