@@ -1,7 +1,7 @@
 """Pre-train rungs of the tiny ladder with a recipe's settings and print each base model's table.
 
     python benchmarks/ladder.py [--recipe recipes/quickstart.yaml] [--scales tiny-xs tiny-m]
-                                [--set task.max_operand=50 --set model.pretrain.steps=800 ...]
+                                [--set task.max_operand=50 --set model.pretrain.updates=800 ...]
 
 Uses (and fills) the same cache as the grids, so a rung pre-trained here is not pre-trained again.
 Prints a markdown table per rung: parameters, pre-training seconds, final loss, and the base model's

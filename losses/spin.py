@@ -19,7 +19,7 @@ holds ``θ_t`` for the whole iteration, so each round's pairs come from the same
 they had all been generated up front, without sampling prompts the budget never reaches); the
 reference is ``θ_t``; after ``online.pair_refresh_every`` passes over the prompts (the paper trains
 2 epochs per iteration) the trained policy becomes ``θ_{t+1}``, both sampler and reference.
-``online.steps`` rounds in all, so ``steps / (passes per iteration)`` iterations.
+``online.rounds`` rounds in all, so ``rounds / (passes per iteration)`` iterations.
 
 Version 2: version 1 sampled the rejected answers from the *current* policy every round and
 refreshed the reference once per pass (or never, at the oxrl_paper settings), which is online

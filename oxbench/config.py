@@ -11,13 +11,56 @@ import difflib
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from oxbench.utils import content_hash
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data):
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                old = field.serialization_alias
+                if old and old != name and name in data and old in data:
+                    raise ValueError(f"{name!r} is given twice: also under its old name {old!r}")
+        return data
+
+    def hash_view(self) -> dict:
+        """The settings as they enter ``run_id`` and every cache key: a renamed setting keeps its old
+        name (:func:`renamed`) and a setting added later is left out while it has its default
+        (:func:`added`), so runs and caches made before either change stay valid."""
+        out = self.model_dump(by_alias=True)
+        for name, field in type(self).model_fields.items():
+            key, value = field.serialization_alias or name, getattr(self, name)
+            if isinstance(value, Strict):
+                out[key] = value.hash_view()
+            elif (field.json_schema_extra or {}).get("added") and value == field.default:
+                del out[key]
+        return out
+
+
+def added(default: Any) -> Any:
+    """A setting added after runs were recorded, whose ``default`` is the behaviour before it existed:
+    it enters hashes only when set to something else."""
+    return Field(default, json_schema_extra={"added": True})
+
+
+def renamed(default: Any, old: str, new: str) -> Any:
+    """A setting renamed from ``old`` to ``new``: recipes may still spell it ``old``; records show
+    ``new``; hashes (:meth:`Strict.hash_view`) use ``old``, so run_ids and caches do not change."""
+    return Field(default, validation_alias=AliasChoices(new, old), serialization_alias=old)
 
 
 class LoraConfig(Strict):
@@ -31,7 +74,7 @@ class LoraConfig(Strict):
 class PretrainSettings(Strict):
     """Budget of the from-scratch pre-training of a built-in tiny model (ignored for HF models)."""
 
-    steps: int = 600
+    updates: int = renamed(600, "steps", "updates")  # optimiser steps
     batch_size: int = 32
     lr: float = 3e-3
     n_examples: int = 4000
@@ -69,15 +112,15 @@ class ModelConfig(Strict):
 
 class TaskConfig(Strict):
     name: Literal["arith", "gsm8k"] = "arith"
-    steps: int = 2  # arith: operations per problem
-    max_operand: int = 40  # arith: largest operand (40: chance 1.6% with steps 2)
+    n_ops: int = renamed(2, "steps", "n_ops")  # arith: operations per problem
+    max_operand: int = 40  # arith: largest operand (40: chance 1.6% with n_ops 2)
     path: str | None = None  # gsm8k: a directory with train/test files, a HF dataset id, or the train file
     test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
 
-    @field_validator("steps")
+    @field_validator("n_ops")
     @classmethod
-    def _steps_positive(cls, v):
+    def _n_ops_positive(cls, v):
         if v < 1:
             raise ValueError(f"arith needs at least 1 operation per problem, got {v} (no problems)")
         return v
@@ -122,12 +165,15 @@ class TrainConfig(Strict):
 
 
 class OnlineConfig(Strict):
-    """Online RL knobs: compute C = prompts_per_batch * n * steps rollouts."""
+    """Online RL knobs: compute C = prompts_per_batch * n * rounds rollouts."""
 
     n: int = 8  # rollouts per prompt
     prompts_per_batch: int = 8  # B_p
-    steps: int = 20  # M: policy updates, one fresh rollout batch each
-    inner_epochs: int = 1  # passes over each rollout batch
+    rounds: int = renamed(20, "steps", "rounds")  # M: rollout rounds, one fresh batch each
+    inner_epochs: int = 1  # passes over each rollout batch (optimiser steps = rounds * inner_epochs)
+    # rollout generation: hf (HF generate), lean (oxbench's decode loop over the same weights; Qwen2
+    # and Llama models, plain temperature sampling)
+    backend: Literal["hf", "lean"] = added("hf")
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
     temperature: float = 1.0
     max_new_tokens: int = 48
@@ -174,7 +220,7 @@ class RunConfig(Strict):
 
     def identity(self) -> dict:
         """The config that identifies the run (everything but ``arm_keys``)."""
-        return self.model_dump(exclude={"arm_keys"})
+        return {k: v for k, v in self.hash_view().items() if k != "arm_keys"}
 
     def arm(self) -> dict[str, Any]:
         """The arm this cell belongs to: ``scale``, ``method``, ``lora`` and the value of every key in
@@ -184,12 +230,9 @@ class RunConfig(Strict):
             "method": self.method,
             "lora": self.model.lora.enabled,
         }
-        dumped = self.model_dump()
+        views = (self.model_dump(), self.hash_view())  # an axis may name a renamed setting either way
         for path in self.arm_keys:
-            value: Any = dumped
-            for part in path.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            out[path] = value
+            out[path] = next((v for v in (_lookup(view, path) for view in views) if v is not None), None)
         return out
 
     def seeds(self) -> dict[str, int]:
@@ -211,6 +254,13 @@ class RunConfig(Strict):
             version = None
         digest = content_hash({"config": self.identity(), "loss_version": version}, 10)
         return f"{self.model.name.replace('/', '_')}-{self.method}-s{self.seed}-{digest}"
+
+
+def _lookup(tree: dict, path: str) -> Any:
+    value: Any = tree
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def format_validation_error(exc: ValidationError, where: str, model: type[BaseModel] = RunConfig) -> str:

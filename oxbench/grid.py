@@ -29,7 +29,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-import losses
 from oxbench.config import RunConfig, format_validation_error, micro_batches_per_rank
 
 ALIASES = {"scale": "model.name", "lora": "model.lora.enabled"}
@@ -132,6 +131,8 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     for name, values in grid.axes.items():
         if not values:
             raise GridError(f"{where}: axis {name!r} has no values")
+    import losses
+
     known = set(losses.names())
     methods = grid.axes.get("method", [grid.base.get("method", "sft")])
     for m in list(methods) + list(grid.methods):
@@ -172,7 +173,8 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
 
 def validate_cell(cfg: RunConfig, where: str) -> None:
     """Checks that need no training: the loss and its hyper-parameters, the model name, the data file."""
-    from oxbench.models.loading import ModelError, check_model_name
+    import losses
+    from oxbench.models.tiny import ModelError, check_model_name
     from oxbench.tasks.errors import TaskError
 
     try:
@@ -180,6 +182,8 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         spec.resolve_hparams(cfg.loss)
         if spec.data == "online" or spec.generates_own_pairs:
             micro_batches_per_rank(cfg.online.prompts_per_batch, cfg.train.batch_size, 1, cfg.method)
+            if cfg.online.backend == "lean" and cfg.model.lora.enabled:
+                raise ValueError("online.backend 'lean' decodes plain Qwen2/Llama weights, not a LoRA model")
         check_model_name(cfg.model.name)
         if cfg.task.name == "gsm8k":
             from oxbench.tasks import load_task_split
@@ -187,20 +191,20 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
             for split in ("train", "test"):
                 load_task_split(cfg.task.model_dump(), split, local_only=True)
         else:
-            _check_arith_sizes(cfg.task.steps, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
+            _check_arith_sizes(cfg.task.n_ops, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
     except (losses.LossError, ModelError, TaskError) as exc:
         raise GridError(f"{where}: {exc}") from None
     except ValueError as exc:  # online micro-batches, or knobs allowing too few distinct problems
-        field = "train.batch_size" if "train.batch_size" in str(exc) else "task"
+        field = next((f for f in ("train.batch_size", "online.backend") if f in str(exc)), "task")
         raise GridError(f"{where}: field '{field}': {exc}") from None
 
 
 @functools.lru_cache(maxsize=64)
-def _check_arith_sizes(steps: int, max_operand: int, n_train: int | None, n_test: int | None) -> None:
+def _check_arith_sizes(n_ops: int, max_operand: int, n_train: int | None, n_test: int | None) -> None:
     from oxbench.tasks import arith
 
-    arith.generate("train", n_train, steps=steps, max_operand=max_operand)
-    arith.generate("test", n_test, steps=steps, max_operand=max_operand)
+    arith.generate("train", n_train, n_ops=n_ops, max_operand=max_operand)
+    arith.generate("test", n_test, n_ops=n_ops, max_operand=max_operand)
 
 
 def load_run_config(path: str | Path) -> RunConfig:

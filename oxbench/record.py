@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 #: A run's life: ``running`` while its process lives, then ``finished`` or ``failed``;
 #: ``preempted`` for a run its scheduler stopped (re-run like ``failed``).
@@ -60,7 +60,7 @@ class RunRecord(BaseModel):
     scale_params: int | None = None
     data: dict[str, Any] | None = None
     data_order_sha: str | None = None
-    steps: int | None = None
+    optimizer_steps: int | None = Field(None, validation_alias=AliasChoices("optimizer_steps", "steps"))
     loss_state: dict[str, float] | None = None  # a stateful loss's carried state at the end of training
     # results
     metrics: dict[str, int | float | None] | None = None

@@ -29,7 +29,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
         lr=1e-3,
     )
     cfg = cfg.model_copy(
-        update={"online": cfg.online.model_copy(update={"steps": int(steps), "prompts_per_batch": 4})}
+        update={"online": cfg.online.model_copy(update={"rounds": int(steps), "prompts_per_batch": 4})}
     )
     model, tok = load_model(model_dir, cfg, init_seed=0)
     if spec.data == "online":
@@ -52,7 +52,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
         torch.save(
             {
                 "params": {k: v for k, v in state.items()},
-                "steps": res.steps,
+                "steps": res.optimizer_steps,
                 "world": D.world_size(),
                 "history": res.history,
             },

@@ -41,7 +41,7 @@ def cfg_for(path: str, method: str, **train) -> RunConfig:
         method=method,
         model={"name": path},
         train={"batch_size": 4, "lr": 1e-2, "max_steps": 3, "warmup_ratio": 0.0, **train},
-        online={"n": 4, "prompts_per_batch": 2, "steps": 3, "max_new_tokens": 12},
+        online={"n": 4, "prompts_per_batch": 2, "rounds": 3, "max_new_tokens": 12},
         data={"max_len": 128},
     )
 

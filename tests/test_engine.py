@@ -37,7 +37,7 @@ def train(method: str, path: str, **train_kw):
 @pytest.mark.parametrize("method", BUILTINS)
 def test_three_trainer_steps_change_parameters(method, micro_model_dir):
     engine, res, before = train(method, micro_model_dir)
-    assert res.steps == 3
+    assert res.optimizer_steps == 3
     logged = [h["loss"] for h in res.history if "loss" in h]  # a step whose pairs all tie logs none
     assert logged and all(torch.isfinite(torch.tensor(x)) for x in logged)
     module = engine.module.lm if hasattr(engine.module, "lm") else engine.module

@@ -181,7 +181,7 @@ def test_grade_batch():
 
 def test_arith_answers_grade_as_their_own_reference():
     """arith writes GSM8K-format answers: each one's working ends in the '#### N' it is graded by."""
-    for row in arith.generate("test", 50, steps=3):
+    for row in arith.generate("test", 50, n_ops=3):
         final = int(row["answer"].rsplit("#### ", 1)[1])
         assert reference_answer(row["answer"]) == str(final)
         assert is_correct(row["answer"], row["answer"])

@@ -91,6 +91,6 @@ def test_tr_dpo_reference_update_uses_the_spec_hook_and_the_parity_tested_mix(mo
     _, res = train(
         spec, micro_model_dir, {"ref_model_sync_steps": 2, "ref_model_mixup_alpha": 0.25}, max_steps=None
     )
-    assert res.steps == 4 and calls == [0.25, 0.25]  # 16 pairs / batch 4: after steps 2 and 4
+    assert res.optimizer_steps == 4 and calls == [0.25, 0.25]  # 16 pairs / batch 4: after steps 2 and 4
     assert spec.reference_update(4, **spec.resolve_hparams({"ref_model_sync_steps": 2})) == 0.6
     assert spec.reference_update(3, **spec.resolve_hparams({"ref_model_sync_steps": 2})) is None

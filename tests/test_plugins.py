@@ -374,8 +374,8 @@ def test_plugin_flag_registers_an_unpublished_module(tmp_path):
 # Tiny but not degenerate: the base model must sometimes be right, or self-play gives no pairs.
 # Measured: 16 of 32 prompts give a pair (self-play accuracy 11%); ~60 s on a loaded 2-core CPU.
 ROUND_TRIP = {
-    "model": {"name": "tiny-xs", "pretrain": {"steps": 250, "batch_size": 16, "n_examples": 1000}},
-    "task": {"steps": 1, "max_operand": 9},
+    "model": {"name": "tiny-xs", "pretrain": {"updates": 250, "batch_size": 16, "n_examples": 1000}},
+    "task": {"n_ops": 1, "max_operand": 9},
     "data": {"n_train": 32, "self_play_k": 8, "max_new_tokens": 40},
     "train": {"batch_size": 4, "max_steps": 2, "lr": 1.0e-4},
     "eval": {"n_test": 8, "n_ood": 8, "k": 0, "max_new_tokens": 40},
@@ -433,5 +433,5 @@ def test_published_plugin_round_trip(tmp_path):
     assert record["status"] == "finished", record.get("error")
     assert record["method"] == "example_sigmoid_margin" and record["paradigm"] == "offline"
     assert record["loss_version"] == plugin["version"] == 1
-    assert record["loss_hparams"] == {"beta": 0.1, "gamma": 0.5} and record["steps"] == 2
+    assert record["loss_hparams"] == {"beta": 0.1, "gamma": 0.5} and record["optimizer_steps"] == 2
     assert record["data"]["pairs"] > 0

@@ -50,7 +50,7 @@ def run_online(method: str, *, temperature: float = 1.0, steps: int = 1, reward_
     D.init_distributed()
     model, tok = bpe_model()
     cfg = cfg_for("bpe", method, lr=1e-3)
-    online = cfg.online.model_copy(update={"temperature": temperature, "steps": steps})
+    online = cfg.online.model_copy(update={"temperature": temperature, "rounds": steps})
     cfg = cfg.model_copy(update={"online": online})
     spec = losses.get(method)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
@@ -143,7 +143,7 @@ def test_all_tied_rounds_of_online_dpo_add_no_gradient():
     """A constant reward ties every group: each step runs its forward but changes nothing (no weight
     decay, so a zero gradient leaves AdamW's parameters exactly where they were) and logs the skip."""
     engine, res, _, before = run_online("online_dpo", steps=2, reward_fn=lambda completion, answer: 1.0)
-    assert res.steps == 2
+    assert res.optimizer_steps == 2
     assert [h["skipped_tied"] for h in res.history] == [1.0, 1.0]
     assert all("loss" not in h for h in res.history)
     for k, v in engine.module.named_parameters():

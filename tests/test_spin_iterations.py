@@ -51,7 +51,7 @@ def test_spin_samples_each_iteration_from_the_frozen_iterate(monkeypatch, micro_
     cfg = cfg.model_copy(
         update={
             "online": cfg.online.model_copy(
-                update={"steps": 4, "prompts_per_batch": 2, "pair_refresh_every": 1}
+                update={"rounds": 4, "prompts_per_batch": 2, "pair_refresh_every": 1}
             )
         }
     )
@@ -62,7 +62,7 @@ def test_spin_samples_each_iteration_from_the_frozen_iterate(monkeypatch, micro_
     _, res = tr.train_online(
         cfg, spec, spec.resolve_hparams(), model, tok, prompts, run="spin", reward_fn=length_parity_reward
     )
-    assert res.steps == 4
+    assert res.optimizer_steps == 4
     # the sampler is set twice, at the start of each iteration, to the iterate's weights
     assert [v for v, _ in synced] == [0, 2]
     assert synced[0][1] == initial and synced[1][1] != initial

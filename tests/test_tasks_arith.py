@@ -25,7 +25,7 @@ def test_train_and_test_never_overlap_for_any_seed():
 
 
 def test_gsm8k_format_and_answers_are_right():
-    for q in arith.generate("test", 100, seed=0, steps=3, max_operand=50):
+    for q in arith.generate("test", 100, seed=0, n_ops=3, max_operand=50):
         lines = q["answer"].splitlines()
         assert lines[-1].startswith("#### ")
         assert len(lines) == 4  # three equations and the final line
@@ -42,8 +42,8 @@ def test_gsm8k_format_and_answers_are_right():
 
 
 def test_knobs_change_difficulty():
-    easy = arith.generate("train", 50, seed=0, steps=1, max_operand=9)
-    hard = arith.generate("train", 200, seed=0, steps=4, max_operand=99)
+    easy = arith.generate("train", 50, seed=0, n_ops=1, max_operand=9)
+    hard = arith.generate("train", 200, seed=0, n_ops=4, max_operand=99)
     assert all(len(q["answer"].splitlines()) == 2 for q in easy)
     assert all(len(q["answer"].splitlines()) == 5 for q in hard)
     assert max(int(extract_answer(q["answer"])) for q in easy) <= 9 + 9
@@ -58,11 +58,11 @@ def test_ood_variant_uses_another_template():
 
 def test_too_many_distinct_problems_is_an_error():
     with pytest.raises(ValueError, match="distinct"):
-        arith.generate("test", 10_000, seed=0, steps=1, max_operand=3)
+        arith.generate("test", 10_000, seed=0, n_ops=1, max_operand=3)
 
 
 def test_load_task_split_dispatch():
-    rows = load_task_split({"name": "arith", "steps": 2, "max_operand": 20}, "test", n=5)
+    rows = load_task_split({"name": "arith", "n_ops": 2, "max_operand": 20}, "test", n=5)
     assert len(rows) == 5 and set(rows[0]) == {"question", "answer", "id"}
     with pytest.raises(ValueError, match="unknown task"):
         load_task_split({"name": "nope"}, "test", n=1)

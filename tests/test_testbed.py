@@ -54,7 +54,7 @@ def test_verified_is_none_where_working_cannot_be_checked():
 
 
 def test_gold_working_verifies_for_every_generated_problem():
-    for r in arith.generate("test", 50, steps=3, max_operand=50) + arith.generate("test", 50, variant="ood"):
+    for r in arith.generate("test", 50, n_ops=3, max_operand=50) + arith.generate("test", 50, variant="ood"):
         assert arith.working_is_correct(r["answer"], r["answer"])
 
 
@@ -74,7 +74,7 @@ def test_chance_is_the_training_answer_distribution_dotted_with_the_test_answers
 
 
 def test_default_task_has_chance_at_most_2_percent_and_the_old_one_did_not():
-    new, old = TaskConfig().model_dump(), {"name": "arith", "steps": 2, "max_operand": 12}
+    new, old = TaskConfig().model_dump(), {"name": "arith", "n_ops": 2, "max_operand": 12}
     assert chance_accuracy(new, load_task_split(new, "test", n=300)) <= 0.02
     assert chance_accuracy(old, load_task_split(old, "test", n=300)) > 0.04
 
@@ -91,7 +91,7 @@ def test_style_shares_are_validated():
 
 def test_gold_format_bases_keep_their_cache_key_and_styles_change_it():
     """8af21e12fd15 is the key this config had before the style knob existed (measured at a8d5fd6)."""
-    task = {"name": "arith", "steps": 2, "max_operand": 12}
+    task = {"name": "arith", "n_ops": 2, "max_operand": 12}
     assert PretrainConfig(scale="tiny-m", task=task).key() == "8af21e12fd15"
     styled = PretrainConfig(scale="tiny-m", task=task, answer_styles={"gsm8k": 0.3, "sentence": 0.7})
     assert styled.key() != "8af21e12fd15"
@@ -109,7 +109,7 @@ def test_styled_rows_follow_the_shares_and_are_seeded():
 @pytest.mark.parametrize(
     "section, field, value, needle",
     [
-        ("task", "steps", 0, "no problems"),
+        ("task", "n_ops", 0, "no problems"),
         ("task", "max_operand", 1, "no problems"),
     ],
 )
@@ -155,8 +155,8 @@ def test_progress_prints_an_eta_when_not_a_terminal(monkeypatch):
 
 
 def test_whole_train_split_is_the_pool_or_every_distinct_problem():
-    assert len(load_task_split({"name": "arith", "steps": 2, "max_operand": 50}, "train")) == arith.POOL_SIZE
-    small = load_task_split({"name": "arith", "steps": 1, "max_operand": 5}, "train")
+    assert len(load_task_split({"name": "arith", "n_ops": 2, "max_operand": 50}, "train")) == arith.POOL_SIZE
+    small = load_task_split({"name": "arith", "n_ops": 1, "max_operand": 5}, "train")
     assert 0 < len(small) < 30 and len({r["answer"] for r in small}) == len(small)
 
 
@@ -211,10 +211,10 @@ def test_cli_writes_to_git_ignored_runs_by_default():
             ["answer_styles", "'boxd'"],
         ),
         (
-            {"task": {"steps": 1, "max_operand": 3}, "eval": {"n_test": 500}},
+            {"task": {"n_ops": 1, "max_operand": 3}, "eval": {"n_test": 500}},
             ["field 'task'", "distinct train problems"],
         ),
-        ({"task": {"steps": 0}}, ["task.steps", "no problems"]),
+        ({"task": {"n_ops": 0}}, ["task.n_ops", "no problems"]),
     ],
 )
 def test_bad_testbed_knobs_are_one_line_errors_before_any_work(tmp_path, over, needles):

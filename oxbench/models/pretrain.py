@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from oxbench.config import renamed
 from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import collate, encode_pair, token_logps
@@ -40,19 +41,20 @@ class PretrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scale: str
-    steps: int = 600
+    updates: int = renamed(600, "steps", "updates")
     batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 30
     weight_decay: float = 0.01
     seed: int = 1234
     n_examples: int = 4000
-    task: dict = {"name": "arith", "steps": 2, "max_operand": 30}
+    task: dict = {"name": "arith", "n_ops": 2, "max_operand": 30}
     answer_styles: dict[str, float] | None = None  # None: every solution ends "#### N"
 
     def key(self) -> str:
         # the style mix enters the key only when set, so gold-format bases keep their old keys
-        fields = self.model_dump()
+        fields = self.model_dump(by_alias=True)  # renamed settings keep their old names in the key
+        fields["task"] = {("steps" if k == "n_ops" else k): v for k, v in fields["task"].items()}
         if fields["answer_styles"] is None:
             del fields["answer_styles"]
         return content_hash({"version": PRETRAIN_VERSION, **fields})
@@ -90,11 +92,11 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
         for r in rows
     ]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(cfg.warmup, cfg.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(cfg.warmup, cfg.updates))
     order = random.Random(cfg.seed)
     start, losses = time.time(), []
     model.train()
-    for _ in progress(range(cfg.steps), f"pretrain {cfg.scale}", enabled=verbose):
+    for _ in progress(range(cfg.updates), f"pretrain {cfg.scale}", enabled=verbose):
         batch = collate([seqs[order.randrange(len(seqs))] for _ in range(cfg.batch_size)], tok.pad_token_id)
         logp, mask = token_logps(model, batch)
         loss = -(logp.sum() / mask.sum())

@@ -18,7 +18,7 @@ def load_task_split(
 ) -> list[dict]:
     """Rows ``{"question", "answer", "id"}`` of one split of the task described by ``task``.
 
-    ``task`` is a dict (``TaskConfig.model_dump()``): ``{"name": "arith", "steps", "max_operand"}``,
+    ``task`` is a dict (``TaskConfig.model_dump()``): ``{"name": "arith", "n_ops", "max_operand"}``,
     ``{"name": "arith_ood", ...}`` or ``{"name": "gsm8k", "path": ..., "test_path": ...}``: ``path`` is a
     directory holding ``train``/``test`` files, a Hub id, or the train file (then ``test_path`` is the
     test file). ``local_only`` validates local files and skips Hub ids (no network).
@@ -30,7 +30,7 @@ def load_task_split(
             split,
             n,
             seed=seed,
-            steps=task.get("steps", 2),
+            n_ops=task.get("n_ops", 2),
             max_operand=task.get("max_operand", 30),
             variant=variant,
             distinct=distinct,

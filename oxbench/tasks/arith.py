@@ -1,13 +1,13 @@
 """``arith``: a procedural, GSM8K-format arithmetic word-problem task.
 
-Each problem is a short story (a start value, then ``steps`` additions or subtractions),
+Each problem is a short story (a start value, then ``n_ops`` additions or subtractions),
 a step-by-step working with one equation per line, and a final ``#### N`` line, exactly
 the format of GSM8K's ``answer`` field, so the same grader scores both tasks.
 
 * Deterministic: the same (split, seed, knobs) always gives the same problems.
 * Train and test never overlap: a problem's split is decided by a hash of its content,
   not by the seed, so no seed can put a test problem into training data.
-* Difficulty knobs: ``steps`` (operations per problem) and ``max_operand``.
+* Difficulty knobs: ``n_ops`` (operations per problem) and ``max_operand``.
 * ``variant="ood"`` is an out-of-distribution version: another story template and
   wording ("A shelf holds ...", "are added", "are removed"), with the same arithmetic and
   the same working format. Models are trained on ``variant="id"`` only.
@@ -40,10 +40,10 @@ def _split_of(key: str) -> str:
     return "test" if digest % TEST_FRACTION_MOD == 0 else "train"
 
 
-def _draw(rng: random.Random, steps: int, max_operand: int) -> tuple[int, list[tuple[str, int]]]:
+def _draw(rng: random.Random, n_ops: int, max_operand: int) -> tuple[int, list[tuple[str, int]]]:
     start = rng.randint(2, max_operand)
     ops, value = [], start
-    for _ in range(steps):
+    for _ in range(n_ops):
         if value > 1 and rng.random() < 0.5:
             b = rng.randint(1, min(value - 1, max_operand))
             ops.append(("-", b))
@@ -87,7 +87,7 @@ def generate(
     n: int | None = 1000,
     *,
     seed: int = 0,
-    steps: int = 2,
+    n_ops: int = 2,
     max_operand: int = 30,
     variant: str = "id",
     distinct: bool = True,
@@ -104,11 +104,11 @@ def generate(
         raise ValueError(f"arith: split must be 'train' or 'test', got {split!r}")
     if variant not in ("id", "ood"):
         raise ValueError(f"arith: variant must be 'id' or 'ood', got {variant!r}")
-    if steps < 1 or max_operand < 2:
-        raise ValueError("arith: steps must be >= 1 and max_operand >= 2")
-    actual_steps = steps
+    if n_ops < 1 or max_operand < 2:
+        raise ValueError("arith: n_ops must be >= 1 and max_operand >= 2")
+    actual_steps = n_ops
     story = _story_ood if variant == "ood" else _story_id
-    rng = random.Random(f"arith/{variant}/{split}/{seed}/{steps}/{max_operand}")
+    rng = random.Random(f"arith/{variant}/{split}/{seed}/{n_ops}/{max_operand}")
     out, seen, attempts, since_new = [], set(), 0, 0
     while len(out) < n:
         attempts += 1
@@ -117,7 +117,7 @@ def generate(
             break
         if attempts > 200 * n + 10_000:
             raise ValueError(
-                f"arith: only {len(out)} distinct {split} problems for steps={steps}, max_operand={max_operand}"
+                f"arith: only {len(out)} distinct {split} problems for n_ops={n_ops}, max_operand={max_operand}"
             )
         start, ops = _draw(rng, actual_steps, max_operand)
         key = f"{start}|" + "|".join(f"{op}{b}" for op, b in ops)

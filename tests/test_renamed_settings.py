@@ -1,0 +1,77 @@
+"""Renamed settings (``task.steps`` -> ``task.n_ops``, ``model.pretrain.steps`` -> ``updates``,
+``online.steps`` -> ``rounds``, the record's ``steps`` -> ``optimizer_steps``): the new names are what
+records show, the old spelling still reads, and every run_id and cache key is what it was before the
+rename, so committed studies and caches stay valid."""
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from oxbench import runner
+from oxbench.config import RunConfig, format_validation_error
+from oxbench.grid import expand, load_grid
+from oxbench.models.pretrain import PretrainConfig
+from oxbench.record import RunRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# computed with the code just before the rename (88e7504), from the committed recipes
+BEFORE = {
+    ("quickstart", "sft", 0): ("tiny-s-sft-s0-e086ae4ce0", "87d9d7e0754f"),
+    ("quickstart", "dpo", 0): ("tiny-s-dpo-s0-74b91fbf55", "c3e3e0940b2f"),
+    ("quickstart", "sgrpo", 0): ("tiny-s-sgrpo-s0-c5e4740770", "87d9d7e0754f"),
+}
+
+
+def test_run_ids_and_shared_keys_are_unchanged_by_the_rename():
+    cells = {(c.grid, c.method, c.seed): c for c in expand(load_grid(ROOT / "recipes/quickstart.yaml"))}
+    for key, (run_id, shared) in BEFORE.items():
+        assert cells[key].run_id() == run_id and runner.shared_key(cells[key]) == shared
+
+
+def test_old_and_new_spellings_are_one_config():
+    old = RunConfig(task={"steps": 3}, online={"steps": 5}, model={"pretrain": {"steps": 7}})
+    new = RunConfig(task={"n_ops": 3}, online={"rounds": 5}, model={"pretrain": {"updates": 7}})
+    assert old == new and old.run_id() == new.run_id()
+    assert (new.task.n_ops, new.online.rounds, new.model.pretrain.updates) == (3, 5, 7)
+    dumped, hashed = new.model_dump(), new.identity()
+    assert dumped["online"]["rounds"] == 5 and "steps" not in dumped["online"]  # records: new names
+    assert hashed["online"]["steps"] == 5 and hashed["task"]["steps"] == 3  # hashes: old names
+    assert RunConfig.model_validate(dumped) == new  # a record's config reads back
+
+
+def test_committed_records_recompute_their_own_run_id():
+    """Records written before the rename carry the old names in their config."""
+    for path in sorted((ROOT / "results" / "quickstart").glob("*/run.json"))[:3]:
+        rec = json.loads(path.read_text())
+        assert "steps" in rec["config"]["online"]  # written before the rename
+        assert RunConfig.model_validate(rec["config"]).run_id() == rec["run_id"] == path.parent.name
+        assert RunRecord.model_validate(rec).optimizer_steps == rec["steps"]
+
+
+def test_both_spellings_at_once_is_an_error_naming_both():
+    with pytest.raises(ValidationError) as exc:
+        RunConfig(online={"steps": 3, "rounds": 4})
+    line = format_validation_error(exc.value, "g.yaml")
+    assert "'rounds' is given twice" in line and "'steps'" in line
+
+
+def test_a_misspelt_new_name_suggests_it():
+    with pytest.raises(ValidationError) as exc:
+        RunConfig(online={"round": 4})
+    assert "did you mean 'rounds'" in format_validation_error(exc.value, "g.yaml")
+
+
+def test_an_axis_under_either_name_names_its_arm():
+    for path in ("online.steps", "online.rounds"):
+        cfg = RunConfig(online={"rounds": 6}, arm_keys=[path])
+        assert cfg.arm()[path] == 6
+
+
+def test_pretrain_cache_key_is_unchanged_by_the_rename():
+    """8af21e12fd15: this config's key since before the answer-style knob (a8d5fd6)."""
+    task = {"name": "arith", "n_ops": 2, "max_operand": 12}
+    assert PretrainConfig(scale="tiny-m", task=task).key() == "8af21e12fd15"
+    assert PretrainConfig(scale="tiny-m", task=task, updates=601).key() != "8af21e12fd15"
