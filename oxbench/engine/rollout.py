@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from oxbench.text import decode
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import sample
@@ -63,8 +64,12 @@ def collate_rollouts(rollouts: list[Rollout], pad_id: int, max_len: int) -> tupl
 
 
 class RolloutWorker:
-    def __init__(self, model, tokenizer, *, max_len: int):
-        self.model = copy.deepcopy(model).eval()
+    def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf"):
+        self.model, self.backend = copy.deepcopy(model).eval(), backend
+        if backend == "lean" and not decode.supports(self.model):
+            raise ValueError(
+                f"online.backend 'lean' runs Qwen2/Llama models without LoRA, not {type(model).__name__}"
+            )
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1
@@ -100,6 +105,7 @@ class RolloutWorker:
             num_return_sequences=n,
             batch_size=self._batch_prompts(n, max_new_tokens),
             generator_seed=seed,
+            backend=self.backend,
         )
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):

@@ -39,7 +39,7 @@ from oxbench.utils import progress
 
 @dataclass
 class TrainResult:
-    steps: int = 0
+    optimizer_steps: int = 0
     data_order_sha: str = ""
     history: list[dict] = field(default_factory=list)
     data_stats: dict = field(default_factory=dict)
@@ -60,8 +60,10 @@ class PolicyWithValue(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids, attention_mask):
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    def forward(self, input_ids, attention_mask, use_cache=False):
+        out = self.lm(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=use_cache
+        )
         return {"logits": out.logits, "value": self.value_head(out.hidden_states[-1].float()).squeeze(-1)}
 
     def generate(self, *args, **kwargs):
@@ -94,7 +96,8 @@ def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None
     t = cfg.train
     accum = t.grad_accum if grad_accum is None else grad_accum
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999))
+    # foreach: one kernel per op over all tensors, bitwise the per-parameter loop's result
+    opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999), foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(total_steps, t.warmup_ratio, t.min_lr_ratio, constant=t.schedule == "constant")
     )
@@ -242,7 +245,7 @@ def train_offline(
                 )
             micro_metrics = []
             _maybe_update_reference(spec, hparams, live_ref, engine, step)
-    res.steps, res.seconds = step, time.time() - start
+    res.optimizer_steps, res.seconds = step, time.time() - start
     res.loss_state = state.as_dict()
     return engine, res
 
@@ -326,8 +329,8 @@ def train_online(
     micro = micro_batches_per_rank(o.prompts_per_batch, t.batch_size, ws, run)
     per_rank = o.prompts_per_batch // ws
     model, lm, live_ref = online_policy(spec, hparams, model, seeds["init"])
-    worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len)
-    n_updates = o.steps * o.inner_epochs
+    worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, backend=o.backend)
+    n_updates = o.rounds * o.inner_epochs
     engine = build_engine(model, cfg, n_updates, grad_accum=micro)
     learner = Learner(
         spec, hparams, engine, tokenizer, live_ref, worker.max_len, o.max_new_tokens, micro, run
@@ -336,9 +339,10 @@ def train_online(
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
     consumed, version = [], 0
     engine.train()
-    for rnd in progress(range(o.steps), f"{run}: online rounds", enabled=D.is_main()):
+    for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
         rows = _round_prompts(prompts, rnd, per_rank, sampler)
         consumed += [r["id"] for r in rows]
+        gen_start = time.time()
         if per_iteration is not None:
             if rnd % per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
                 weights = lm_state(full_state_dict(engine))
@@ -358,17 +362,20 @@ def train_online(
         )
         rewards = torch.tensor([r.reward for r in experience])
         stats = rollout_stats(experience, ws)
+        train_start = time.time()
+        stats["gen_seconds"] = train_start - gen_start  # weight sync + sampling + grading, this rank
         prepared = learner.prepare(experience, version)
         for _ in range(o.inner_epochs):
             micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
             version += 1
             _maybe_update_reference(spec, hparams, live_ref, engine, version)
-            if version % t.log_every == 0 or rnd == o.steps - 1:
+            stats["train_seconds"], train_start = time.time() - train_start, time.time()
+            if version % t.log_every == 0 or rnd == o.rounds - 1:
                 extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats}
                 extra.update(policy_version=worker.version, elapsed=time.time() - start)
                 _log(res.history, logger, engine, version, micro_metrics, extra, gn)
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
-    res.steps, res.seconds = version, time.time() - start
+    res.optimizer_steps, res.seconds = version, time.time() - start
     res.loss_state = learner.state.as_dict()
     return engine, res
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from oxbench.text import decode
 from oxbench.utils import progress
 
 
@@ -108,28 +109,54 @@ def sample(
     batch_size: int,
     generator_seed: int,
     top_p: float = 1.0,
+    backend: str = "hf",
 ) -> list[list[Sample]]:
     """Like :func:`generate` (same batching and seeding), but each item is a :class:`Sample`: the ids as
     sampled and their log-probs captured from the generation pass itself.
 
-    The log-probs are taken from HF's *unprocessed* logits (``output_logits=True``), i.e. at temperature 1,
-    whatever ``temperature`` the sampler used. The losses compare them with the trainer's log-probs, which
-    are temperature-1 log-probs, so on the weights that sampled every ratio is 1 (up to the rounding that
+    The log-probs are taken from the *unprocessed* logits, i.e. at temperature 1, whatever
+    ``temperature`` the sampler used. The losses compare them with the trainer's log-probs, which are
+    temperature-1 log-probs, so on the weights that sampled every ratio is 1 (up to the rounding that
     separates a cached decoding step from a full forward). Behaviour log-probs at temperature T would
     make on-policy ratios differ from 1 by the temperature alone.
+
+    ``backend``: ``hf`` is HF ``generate`` (``output_logits=True``); ``lean`` is
+    :class:`oxbench.text.decode.LeanDecoder` (the same model, its own decode loop, each prompt prefilled
+    once; plain temperature sampling, Qwen2/Llama models only: anything else is a ValueError).
     """
-    kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, num_return_sequences)
+    n = num_return_sequences
+    lean = backend == "lean"
+    if lean and (top_p < 1.0 or not decode.supports(model)):
+        raise ValueError(
+            f"the lean backend samples Qwen2/Llama models at top_p 1, not {type(model).__name__}"
+        )
+    kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
     results: list[list[Sample]] = []
-    for enc in _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, None):
-        out = model.generate(**enc, **kwargs, return_dict_in_generate=True, output_logits=True)
-        results += _to_samples(out, enc, tokenizer.eos_token_id, num_return_sequences)
+    for start, enc in enumerate(
+        _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, None)
+    ):
+        if lean:
+            gen = torch.Generator().manual_seed(generator_seed + start * batch_size)
+            new, logps = decode.LeanDecoder(model).sample(
+                enc["input_ids"],
+                enc["attention_mask"],
+                n=n,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                eos_id=tokenizer.eos_token_id,
+                generator=gen,
+            )
+        else:
+            out = model.generate(**enc, **kwargs, return_dict_in_generate=True, output_logits=True)
+            new = out.sequences[:, enc["input_ids"].shape[1] :]
+            logps = _sampled_logps(out.logits, new)
+        results += _to_samples(new, logps, enc, tokenizer.eos_token_id, n)
     return results
 
 
-def _to_samples(out, enc: dict, eos_id: int, n: int) -> list[list[Sample]]:
-    """Per prompt of the batch, its ``n`` :class:`Sample` (HF returns a prompt's sequences consecutively)."""
-    new = out.sequences[:, enc["input_ids"].shape[1] :]
-    logps = _sampled_logps(out.logits, new).tolist()
+def _to_samples(new: torch.Tensor, logps: torch.Tensor, enc: dict, eos_id: int, n: int) -> list[list[Sample]]:
+    """Per prompt of the batch, its ``n`` :class:`Sample` (a prompt's sequences are consecutive)."""
+    logps = logps.tolist()
     prompt_ids = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
     items = []
     for j, row in enumerate(new.tolist()):

@@ -1,0 +1,142 @@
+"""A lean decode loop for Qwen2- and Llama-architecture models: the ``lean`` rollout backend.
+
+HF ``generate`` spends most of a tiny model's decoding step in Python and framework overhead (logits
+processors, mask building, cache objects, module hooks), not in arithmetic. This loop reads the same
+weight tensors (no copy: a ``load_state_dict`` into the model is seen at once) and runs the forward as
+plain tensor ops over a preallocated KV cache:
+
+* the prompt batch is prefilled once (left padding, positions counted over real tokens as HF does);
+* each step feeds one token per *live* row; a row that has emitted end-of-sequence leaves the batch
+  (its cache rows are dropped), so a batch costs what its live sequences cost;
+* sampling is HF's at ``top_k=0``: ``softmax(logits / T)`` then ``multinomial``, drawn from a
+  ``torch.Generator`` of its own, and the temperature-1 log-prob of each sampled token is kept.
+
+The maths is the model's (``tests/test_lean_decode.py`` checks the logits against the HF forward and the
+greedy ids against ``generate``); the rounding differs from HF's by a few ulps, so the sampled ids at a
+given seed are not HF's. Models of another architecture, or wrapped by PEFT, use the ``hf`` backend.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED = ("qwen2", "llama")
+
+
+def supports(model) -> bool:
+    """Whether :class:`LeanDecoder` can run ``model`` (a plain Qwen2/Llama causal LM, no sliding window)."""
+    cfg = getattr(model, "config", None)
+    return (
+        type(model).__name__ in ("Qwen2ForCausalLM", "LlamaForCausalLM")
+        and getattr(cfg, "model_type", None) in SUPPORTED
+        and not getattr(cfg, "use_sliding_window", False)
+        and getattr(model.model.rotary_emb, "rope_type", "default") == "default"
+    )
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+class LeanDecoder:
+    def __init__(self, model):
+        if not supports(model):
+            raise ValueError(f"the lean decoder runs Qwen2/Llama models, not {type(model).__name__}")
+        cfg, inner = model.config, model.model
+        self.eps = cfg.rms_norm_eps
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.embed, self.norm, self.lm_head = inner.embed_tokens.weight, inner.norm.weight, model.lm_head
+        self.inv_freq, self.rope_scale = inner.rotary_emb.inv_freq, inner.rotary_emb.attention_scaling
+        self.layers = [
+            (
+                blk.input_layernorm.weight,
+                blk.self_attn.q_proj,
+                blk.self_attn.k_proj,
+                blk.self_attn.v_proj,
+                blk.self_attn.o_proj,
+                blk.post_attention_layernorm.weight,
+                blk.mlp.gate_proj,
+                blk.mlp.up_proj,
+                blk.mlp.down_proj,
+            )
+            for blk in inner.layers
+        ]
+
+    def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = pos[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, L, d)
+        return emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+
+    def forward(self, ids, pos, cache, at: int, mask) -> torch.Tensor:
+        """Last-position logits (B, V) for ``ids`` (B, L) at positions ``pos``, writing keys and values
+        into ``cache`` slots ``at : at + L``. ``mask`` (B, 1, L, at + L) is True where attention is allowed."""
+        b, n = ids.shape
+        h = F.embedding(ids, self.embed)
+        cos, sin = self._rope(pos)
+        rep = self.heads // self.kv_heads
+        for (ln1, q_p, k_p, v_p, o_p, ln2, gate, up, down), (kc, vc) in zip(self.layers, cache):
+            x = _rms(h, ln1, self.eps)
+            q = _rotate(q_p(x).view(b, n, self.heads, self.head_dim).transpose(1, 2), cos, sin)
+            k = _rotate(k_p(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+            v = v_p(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            kc[:, :, at : at + n] = k.repeat_interleave(rep, 1)
+            vc[:, :, at : at + n] = v.repeat_interleave(rep, 1)
+            a = F.scaled_dot_product_attention(q, kc[:, :, : at + n], vc[:, :, : at + n], attn_mask=mask)
+            h = h + o_p(a.transpose(1, 2).reshape(b, n, -1))
+            x = _rms(h, ln2, self.eps)
+            h = h + down(F.silu(gate(x)) * up(x))
+        return self.lm_head(_rms(h[:, -1], self.norm, self.eps))
+
+    @torch.no_grad()
+    def sample(self, input_ids, attention_mask, *, n, max_new_tokens, temperature, eos_id, generator):
+        """``(new_ids, logps)`` for ``n`` samples of each prompt of a left-padded batch, a prompt's samples
+        consecutive (HF's order). ``new_ids`` (B·n, W) are the sampled tokens (``eos_id`` after the end),
+        ``logps`` (B·n, W) their temperature-1 log-probs; ``temperature == 0`` is greedy. Each prompt is
+        prefilled once and its cache shared by its ``n`` samples."""
+        b, p = input_ids.shape
+        total = p + max_new_tokens
+        shape = (b, self.heads, total, self.head_dim)
+        cache = [(self.embed.new_empty(shape), self.embed.new_empty(shape)) for _ in self.layers]
+        allowed = torch.zeros(b, total, dtype=torch.bool)
+        allowed[:, :p] = attention_mask.bool()
+        causal = torch.ones(p, p, dtype=torch.bool).tril()
+        self_only = torch.eye(p, dtype=torch.bool)  # a padding position sees itself (no all-masked row: NaN)
+        pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = self.forward(input_ids, pos, cache, 0, (causal & allowed[:, None, None, :p]) | self_only)
+        cache = [(kc.repeat_interleave(n, 0), vc.repeat_interleave(n, 0)) for kc, vc in cache]
+        logits, allowed, last = logits.repeat_interleave(n, 0), allowed.repeat_interleave(n, 0), pos[:, -1]
+        new_ids = torch.full((b * n, max_new_tokens), eos_id, dtype=torch.long)
+        logps = torch.zeros(b * n, max_new_tokens)
+        live, last = torch.arange(b * n), last.repeat_interleave(n)  # the rows still generating
+        for t in range(max_new_tokens):
+            tok = self._draw(logits, temperature, generator)
+            new_ids[live, t] = tok
+            logps[live, t] = logits.float().log_softmax(-1).gather(1, tok[:, None])[:, 0]
+            allowed[live, p + t] = True
+            keep = tok != eos_id
+            if not keep.any() or t == max_new_tokens - 1:
+                break
+            if not keep.all():
+                live, tok, last = live[keep], tok[keep], last[keep]
+                cache = [(kc[keep], vc[keep]) for kc, vc in cache]
+            last = last + 1
+            logits = self.forward(
+                tok[:, None], last[:, None], cache, p + t, allowed[live, None, None, : p + t + 1]
+            )
+        return new_ids, logps
+
+    @staticmethod
+    def _draw(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+        if temperature <= 0:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / temperature, -1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
