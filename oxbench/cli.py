@@ -16,10 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-import losses
 from oxbench.grid import GridError, expand, load_grid, load_run_config
 from oxbench.record import arm_label
 from oxbench.runs import read_record, run_dir
+
+# Heavy libraries (torch through the loss registry, transformers, the engine) are imported where a
+# command needs them, so --help and a bad grid file answer before torch has loaded.
 
 app = typer.Typer(
     add_completion=False,
@@ -37,6 +39,9 @@ def fail(msg: str, code: int = 2):
 
 
 def _load_plugins(plugins: list[str]) -> None:
+    if not plugins:
+        return
+    import losses
     from oxbench.plugins import load_plugins
 
     try:
@@ -60,11 +65,12 @@ def _estimate_seconds(cfg) -> float:
     160 s). Shared pre-training and self-play are not included. GPU runs are far faster."""
     import re
 
-    from oxbench.models.tiny import LADDER, tiny_config
+    import losses
+    from oxbench.models.tiny import LADDER
 
     if cfg.model.name in LADDER:
-        c = tiny_config(cfg.model.name, 99, pad_token_id=0, eos_token_id=1)
-        params = 12 * c.num_hidden_layers * c.hidden_size**2
+        hidden, layers = LADDER[cfg.model.name][:2]
+        params = 12 * layers * hidden**2
     else:
         m = re.search(r"(\d+(?:\.\d+)?)[bB]", cfg.model.name)
         params = float(m.group(1)) * 1e9 if m else 1e9
@@ -72,8 +78,8 @@ def _estimate_seconds(cfg) -> float:
     spec = losses.get(cfg.method)
     o = cfg.online
     if spec.data == "online" or spec.generates_own_pairs:
-        train_tokens = o.prompts_per_batch * o.n * o.steps * o.inner_epochs * seq
-        gen_tokens = o.prompts_per_batch * o.n * o.steps * o.max_new_tokens
+        train_tokens = o.prompts_per_batch * o.n * o.rounds * o.inner_epochs * seq
+        gen_tokens = o.prompts_per_batch * o.n * o.rounds * o.max_new_tokens
     else:
         n = cfg.data.n_train or (7473 if cfg.task.name == "gsm8k" else 1000)
         train_tokens = n * cfg.train.epochs * seq * (2 if spec.data in ("pairs", "unpaired") else 1)
@@ -188,7 +194,7 @@ def run(
     try:
         g = load_grid(grid)
         cells = expand(g, str(grid))
-    except (GridError, losses.LossError) as exc:
+    except GridError as exc:
         fail(str(exc))
     counts = print_plan(cells, out)
     if plan:
@@ -226,10 +232,10 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
         task = bar.add_task("cells", total=len(todo))
 
         def on_done(cfg, rec):
-            acc = (rec.get("metrics") or {}).get("accuracy")
+            accuracy = (rec.get("metrics") or {}).get("accuracy")
             mark = (
-                f"acc {100 * acc:.1f}%"
-                if rec.get("status") == "finished" and acc is not None
+                f"accuracy {100 * accuracy:.1f}%"
+                if rec.get("status") == "finished" and accuracy is not None
                 else rec.get("error")
             )
             bar.advance(task)
@@ -266,7 +272,7 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
 
     try:
         cfg = load_run_config(config)
-    except (GridError, losses.LossError) as exc:
+    except GridError as exc:
         fail(str(exc))
     if plan:
         print_plan([cfg], out)
@@ -288,6 +294,8 @@ def list_losses(
     plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
 ):
     """The loss registry: built-ins and installed plugins."""
+    import losses
+
     _load_plugins(plugin)
     try:
         specs = losses.all_specs()

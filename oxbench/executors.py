@@ -204,11 +204,9 @@ def run_local(
         by_model.setdefault(c.model.name, []).append(c)
 
     def prepare(group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
-        done = []
-        for c in group:
-            secs, err = _prepare_one(c, out, workers)
-            done.append((c, secs, err))
-        return done
+        from oxbench.runner import is_prepared
+
+        return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, out, workers))) for c in group]
 
     results = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

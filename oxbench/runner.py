@@ -45,11 +45,11 @@ def shared_key(cfg: RunConfig) -> str:
     spec = losses.get(cfg.method)
     parts = {
         "model": cfg.model.name,
-        "pretrain": cfg.model.pretrain.model_dump(),
-        "task": cfg.task.model_dump(),
+        "pretrain": cfg.model.pretrain.hash_view(),
+        "task": cfg.task.hash_view(),
     }
     if needs_self_play(spec) and not spec.generates_own_pairs:
-        parts |= {"data": cfg.data.model_dump(), "sampling": cfg.seeds()["sampling"]}
+        parts |= {"data": cfg.data.hash_view(), "sampling": cfg.seeds()["sampling"]}
     return content_hash(parts)
 
 
@@ -61,21 +61,24 @@ def shared_label(cfg: RunConfig) -> str:
     return f"{cfg.model.name}: base model"
 
 
-def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
-    """The untrained base model's metrics on this cell's evaluation, greedy and sampled (cached by
-    base and evaluation settings): the starting point every arm of a scale shares, so each run's
-    gain over it, and the headroom left (best@k above avg@k), is visible."""
-    e = cfg.eval
+def _base_eval_path(cfg: RunConfig, base_key: dict) -> Path:
     key = content_hash(
         {
             "base": base_key,
-            "task": cfg.task.model_dump(),
-            "eval": e.model_dump(),
+            "task": cfg.task.hash_view(),
+            "eval": cfg.eval.hash_view(),
             "seed": cfg.seeds()["eval"],
             "v": 2,
         }
     )
-    path = cache_root() / "base_eval" / f"base-{key}.json"
+    return cache_root() / "base_eval" / f"base-{key}.json"
+
+
+def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
+    """The untrained base model's metrics on this cell's evaluation, greedy and sampled (cached by
+    base and evaluation settings): the starting point every arm of a scale shares, so each run's
+    gain over it, and the headroom left (best@k above avg@k), is visible."""
+    path = _base_eval_path(cfg, base_key)
     if path.exists():
         return json.loads(path.read_text())
     model, tok = load_model(
@@ -105,9 +108,28 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
     spec = losses.get(cfg.method)
     base_path, base_key = base_model_path(cfg, verbose=verbose)
     base_metrics(cfg, base_path, base_key)
+    made = [_base_eval_path(cfg, base_key)] + ([Path(base_path)] if Path(base_path).is_dir() else [])
     if needs_self_play(spec) and not spec.generates_own_pairs:
         model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
-        prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
+        _, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
+        made.append(pipeline.self_play_path(stats["self_play_key"]))
+    write_json_atomic(_prepared_marker(cfg), {"paths": [str(p) for p in made]})
+
+
+def _prepared_marker(cfg: RunConfig) -> Path:
+    key = content_hash({"shared": shared_key(cfg), "eval": cfg.eval.hash_view(), "seed": cfg.seeds()["eval"]})
+    return cache_root() / "prepared" / f"{key}.json"
+
+
+def is_prepared(cfg: RunConfig) -> bool:
+    """Whether :func:`prepare_shared` has run for ``cfg``'s shared key and everything it made is still
+    in the cache (then the grid skips the preparation process). A stale answer costs nothing worse
+    than the cell preparing for itself."""
+    try:
+        paths = json.loads(_prepared_marker(cfg).read_text())["paths"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all(Path(p).exists() for p in paths)
 
 
 def prepare_data(
@@ -130,7 +152,7 @@ def prepare_data(
             temperature=d.self_play_temperature,
             seed=cfg.seeds()["sampling"],
             max_new_tokens=d.max_new_tokens,
-            cache_key={**base_key, "task": cfg.task.model_dump()},
+            cache_key={**base_key, "task": cfg.task.hash_view()},
             verbose=verbose,
         )
     )
@@ -195,11 +217,11 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         kwargs = (
             {}
             if train is train_online
-            else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.model_dump()}}
+            else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}}
         )
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
         record.data_order_sha = res.data_order_sha
-        record.steps = res.steps
+        record.optimizer_steps = res.optimizer_steps
         record.loss_state = res.loss_state
         t_eval = time.time()
         state = lm_state(full_state_dict(engine))

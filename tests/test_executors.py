@@ -155,3 +155,34 @@ def test_each_cell_gets_its_share_of_the_cores(monkeypatch):
     assert _child_env(1)["OMP_NUM_THREADS"] == "2"
     monkeypatch.setenv("OXBENCH_THREADS", "3")
     assert _child_env(2)["OMP_NUM_THREADS"] == "3"
+
+
+def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, monkeypatch, tmp_path):
+    """Once a shared key is prepared (here the base evaluation in the cache), the pool starts
+    no ``--prepare`` process for it (issue 13: a grid of one 2.7 s cell took 16.3 s); when something it
+    made leaves the cache, it prepares again."""
+    from oxbench import executors
+    from oxbench.config import RunConfig
+    from oxbench.runner import is_prepared, prepare_shared
+
+    cfg = RunConfig(
+        method="sft",
+        model={"name": micro_model_dir},
+        data={"n_train": 4},
+        eval={"n_test": 4, "n_ood": 4, "k": 0, "max_new_tokens": 4},
+    )
+    assert not is_prepared(cfg)
+    prepare_shared(cfg, verbose=False)
+    assert is_prepared(cfg)
+    calls = []
+    monkeypatch.setattr(executors, "_prepare_one", lambda c, out, w: calls.append(c) or (0.0, None))
+    monkeypatch.setattr(executors, "run_subprocess", lambda c, out, nproc, w: {"status": "finished"})
+    executors.run_local([cfg], tmp_path)
+    assert calls == []
+    from oxbench.utils import cache_root
+
+    for f in (cache_root() / "base_eval").glob("*.json"):
+        f.unlink()
+    assert not is_prepared(cfg)
+    executors.run_local([cfg], tmp_path)
+    assert len(calls) == 1

@@ -11,6 +11,7 @@ everything that determines it, so every method of a grid trains on byte-identica
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from oxbench.tasks.grading import is_correct
 from oxbench.text.formatting import format_prompt
@@ -23,6 +24,10 @@ SELF_PLAY_VERSION = 1
 def gold_rows(rows: list[dict]) -> list[dict]:
     """SFT examples ``{"id", "question", "completion"}`` from the gold answers."""
     return [{"id": r["id"], "question": r["question"], "completion": r["answer"]} for r in rows]
+
+
+def self_play_path(key: str) -> Path:
+    return cache_root() / "data" / f"selfplay-{key}.json"
 
 
 def self_play(
@@ -50,7 +55,7 @@ def self_play(
             **cache_key,
         }
     )
-    path = cache_root() / "data" / f"selfplay-{key}.json"
+    path = self_play_path(key)
     if path.exists():
         return json.loads(path.read_text())
     prompts = [format_prompt(tokenizer, r["question"]) for r in rows]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,9 +31,27 @@ def init_distributed() -> None:
         )
     import deepspeed
 
+    _skip_shm_op()
     deepspeed.init_distributed(
         dist_backend="nccl" if torch.cuda.is_available() else "gloo", auto_mpi_discovery=False, verbose=False
     )
+
+
+def _skip_shm_op() -> None:
+    """Do not JIT-build DeepSpeed's CPU shared-memory all-reduce op (``deepspeed_shm_comm``).
+
+    DeepSpeed builds it when its process group starts: 50-125 s of C++ on 2 cores, a toolchain needed,
+    into a cache that every virtualenv on the machine shares and rebuilds in turn (its flags name the
+    venv). Only ``inference_all_reduce`` (tensor-parallel inference) uses it; ZeRO training reduces
+    through torch.distributed, so the op buys oxbench nothing. ``OXBENCH_DS_SHM_OP=1`` keeps it, built
+    once per virtualenv under ``<venv>/torch_extensions``.
+    """
+    if os.environ.get("OXBENCH_DS_SHM_OP") == "1":
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+        return
+    import deepspeed.comm.torch as ds_torch
+
+    ds_torch.build_shm_op = lambda: None
 
 
 def rank() -> int:

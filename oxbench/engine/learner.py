@@ -139,7 +139,9 @@ class Learner:
         return prep
 
     def _values(self, batch) -> torch.Tensor:
-        out = self.engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        out = self.engine(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        )
         _, mask = logps_from_output(out, batch)
         return (out["value"][:, :-1] * mask).detach()
 
@@ -207,7 +209,9 @@ class Learner:
             )
             return inputs, {"skipped_tied": float(tied)}, tied
         batch, old = prep.batches[m]
-        out = self.engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        out = self.engine(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        )
         logp, mask, logits = logps_from_output(out, batch, return_logits=True)
         part = prep.parts[m]
         inputs = LossInputs(

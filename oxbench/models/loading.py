@@ -10,13 +10,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.utils import logging as hf_logging
 
 from oxbench.config import RunConfig
-from oxbench.models.tiny import LADDER, is_tiny
+from oxbench.models.tiny import ModelError, check_model_name, is_tiny
 
 hf_logging.disable_progress_bar()  # a bar per weight load would bury oxbench's own progress lines
-
-
-class ModelError(ValueError):
-    pass
 
 
 def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]:
@@ -26,12 +22,12 @@ def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]
         from oxbench.models.pretrain import PretrainConfig, ensure_pretrained
 
         p = cfg.model.pretrain
-        task = {"name": cfg.task.name, "steps": cfg.task.steps, "max_operand": cfg.task.max_operand}
+        task = {"name": cfg.task.name, "n_ops": cfg.task.n_ops, "max_operand": cfg.task.max_operand}
         if cfg.task.name != "arith":
             task["path"] = cfg.task.path
         pcfg = PretrainConfig(
             scale=name,
-            steps=p.steps,
+            updates=p.updates,
             batch_size=p.batch_size,
             lr=p.lr,
             n_examples=p.n_examples,
@@ -43,22 +39,6 @@ def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]
         return str(path), {"model": name, "pretrain_key": pcfg.key()}
     check_model_name(name)
     return name, {"model": name}
-
-
-def check_model_name(name: str) -> None:
-    """A tiny rung, an existing local directory, or something shaped like a Hub id (``org/name``)."""
-    if is_tiny(name) or Path(name).is_dir():
-        return
-    looks_local = name.startswith((".", "/", "~"))
-    if "/" in name and not looks_local and name.count("/") == 1:
-        return
-    if looks_local:
-        raise ModelError(f"model path {name!r} does not exist")
-    import difflib
-
-    close = difflib.get_close_matches(name, list(LADDER), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else " (a tiny rung, a Hugging Face id or a local path)"
-    raise ModelError(f"unknown model {name!r}{hint}")
 
 
 def load_tokenizer(path: str):

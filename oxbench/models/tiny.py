@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from pathlib import Path
+
+# transformers is imported inside the builders: the CLI validates model names without loading it
 
 # name -> (hidden, layers, heads, kv_heads, intermediate)
 LADDER: dict[str, tuple[int, int, int, int, int]] = {
@@ -17,7 +19,29 @@ def is_tiny(name: str) -> bool:
     return name in LADDER
 
 
-def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int) -> Qwen2Config:
+class ModelError(ValueError):
+    pass
+
+
+def check_model_name(name: str) -> None:
+    """A tiny rung, an existing local directory, or something shaped like a Hub id (``org/name``)."""
+    if is_tiny(name) or Path(name).is_dir():
+        return
+    looks_local = name.startswith((".", "/", "~"))
+    if "/" in name and not looks_local and name.count("/") == 1:
+        return
+    if looks_local:
+        raise ModelError(f"model path {name!r} does not exist")
+    import difflib
+
+    close = difflib.get_close_matches(name, list(LADDER), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else " (a tiny rung, a Hugging Face id or a local path)"
+    raise ModelError(f"unknown model {name!r}{hint}")
+
+
+def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int):
+    from transformers import Qwen2Config
+
     hidden, layers, heads, kv_heads, inter = LADDER[name]
     return Qwen2Config(
         vocab_size=vocab_size,
@@ -35,7 +59,9 @@ def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: 
     )
 
 
-def build_tiny(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int) -> Qwen2ForCausalLM:
+def build_tiny(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int):
+    from transformers import Qwen2ForCausalLM
+
     return Qwen2ForCausalLM(
         tiny_config(name, vocab_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id)
     )

@@ -36,7 +36,7 @@ def token_logps(model, batch: dict[str, torch.Tensor], *, return_logits: bool = 
 
     Token log-probs are zero where the mask is zero.
     """
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
     return logps_from_output(out, batch, return_logits=return_logits)
 
 
