@@ -41,7 +41,7 @@ def test_prefill_logits_are_the_hf_forward_behind_left_padding():
     ref = model(**enc, position_ids=pos).logits[:, -1]
     lean = LeanDecoder(model)
     p = enc["input_ids"].shape[1]
-    shape = (len(PROMPTS), lean.heads, p, lean.head_dim)
+    shape = (len(PROMPTS), lean.kv_heads, p, lean.head_dim)
     cache = [(torch.empty(shape), torch.empty(shape)) for _ in lean.layers]
     mask = torch.ones(p, p, dtype=torch.bool).tril() & enc["attention_mask"].bool()[:, None, None, :]
     out = lean.forward(enc["input_ids"], pos, cache, 0, mask | torch.eye(p, dtype=torch.bool))

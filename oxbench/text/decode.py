@@ -46,7 +46,17 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rot * sin
 
 
+def _fused(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for several projections of the same input: one matmul instead of several."""
+    weight = torch.cat([m.weight for m in linears])
+    biases = [m.bias for m in linears]
+    return weight, None if biases[0] is None else torch.cat(biases)
+
+
 class LeanDecoder:
+    """Built per :func:`sample` call from the model's current weights (the projections that share an
+    input are concatenated, a copy, so build it again after the weights change)."""
+
     def __init__(self, model):
         if not supports(model):
             raise ValueError(f"the lean decoder runs Qwen2/Llama models, not {type(model).__name__}")
@@ -59,13 +69,10 @@ class LeanDecoder:
         self.layers = [
             (
                 blk.input_layernorm.weight,
-                blk.self_attn.q_proj,
-                blk.self_attn.k_proj,
-                blk.self_attn.v_proj,
+                _fused(blk.self_attn.q_proj, blk.self_attn.k_proj, blk.self_attn.v_proj),
                 blk.self_attn.o_proj,
                 blk.post_attention_layernorm.weight,
-                blk.mlp.gate_proj,
-                blk.mlp.up_proj,
+                _fused(blk.mlp.gate_proj, blk.mlp.up_proj),
                 blk.mlp.down_proj,
             )
             for blk in inner.layers
@@ -78,22 +85,32 @@ class LeanDecoder:
 
     def forward(self, ids, pos, cache, at: int, mask) -> torch.Tensor:
         """Last-position logits (B, V) for ``ids`` (B, L) at positions ``pos``, writing keys and values
-        into ``cache`` slots ``at : at + L``. ``mask`` (B, 1, L, at + L) is True where attention is allowed."""
+        into ``cache`` slots ``at : at + L``. ``mask`` (B, 1, L, at + L) is True where attention is
+        allowed. One new token per row (decoding) takes a plain softmax attention: for a single query,
+        two batched matmuls beat the fused SDPA kernel several times over on CPU."""
         b, n = ids.shape
         h = F.embedding(ids, self.embed)
         cos, sin = self._rope(pos)
-        rep = self.heads // self.kv_heads
-        for (ln1, q_p, k_p, v_p, o_p, ln2, gate, up, down), (kc, vc) in zip(self.layers, cache):
-            x = _rms(h, ln1, self.eps)
-            q = _rotate(q_p(x).view(b, n, self.heads, self.head_dim).transpose(1, 2), cos, sin)
-            k = _rotate(k_p(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
-            v = v_p(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            kc[:, :, at : at + n] = k.repeat_interleave(rep, 1)
-            vc[:, :, at : at + n] = v.repeat_interleave(rep, 1)
-            a = F.scaled_dot_product_attention(q, kc[:, :, : at + n], vc[:, :, : at + n], attn_mask=mask)
+        rep, hd = self.heads // self.kv_heads, self.head_dim
+        sizes = (self.heads * hd, self.kv_heads * hd, self.kv_heads * hd)
+        for (ln1, qkv, o_p, ln2, gate_up, down), (kc, vc) in zip(self.layers, cache):
+            q, k, v = F.linear(_rms(h, ln1, self.eps), *qkv).split(sizes, -1)
+            q = _rotate(q.view(b, n, self.heads, hd).transpose(1, 2), cos, sin)
+            k = _rotate(k.view(b, n, self.kv_heads, hd).transpose(1, 2), cos, sin)
+            kc[:, :, at : at + n] = k
+            vc[:, :, at : at + n] = v.view(b, n, self.kv_heads, hd).transpose(1, 2)
+            keys, values = kc[:, :, : at + n], vc[:, :, : at + n]
+            if n == 1:  # the query heads sharing a key head are one (rep x d) block against its keys
+                qg = q.reshape(b, self.kv_heads, rep, hd)
+                scores = (qg @ keys.transpose(-1, -2)) * hd**-0.5
+                w = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+                a = (w @ values).reshape(b, self.heads, 1, hd)
+            else:
+                keys, values = keys.repeat_interleave(rep, 1), values.repeat_interleave(rep, 1)
+                a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
             h = h + o_p(a.transpose(1, 2).reshape(b, n, -1))
-            x = _rms(h, ln2, self.eps)
-            h = h + down(F.silu(gate(x)) * up(x))
+            gate, up = F.linear(_rms(h, ln2, self.eps), *gate_up).chunk(2, -1)
+            h = h + down(F.silu(gate) * up)
         return self.lm_head(_rms(h[:, -1], self.norm, self.eps))
 
     @torch.no_grad()
@@ -101,10 +118,11 @@ class LeanDecoder:
         """``(new_ids, logps)`` for ``n`` samples of each prompt of a left-padded batch, a prompt's samples
         consecutive (HF's order). ``new_ids`` (B·n, W) are the sampled tokens (``eos_id`` after the end),
         ``logps`` (B·n, W) their temperature-1 log-probs; ``temperature == 0`` is greedy. Each prompt is
-        prefilled once and its cache shared by its ``n`` samples."""
+        prefilled once and its cache shared by its ``n`` samples. Rows that have ended stay in the batch
+        (their draws discarded) until a quarter of it has ended, then leave it with their caches."""
         b, p = input_ids.shape
         total = p + max_new_tokens
-        shape = (b, self.heads, total, self.head_dim)
+        shape = (b, self.kv_heads, total, self.head_dim)
         cache = [(self.embed.new_empty(shape), self.embed.new_empty(shape)) for _ in self.layers]
         allowed = torch.zeros(b, total, dtype=torch.bool)
         allowed[:, :p] = attention_mask.bool()
@@ -116,21 +134,24 @@ class LeanDecoder:
         logits, allowed, last = logits.repeat_interleave(n, 0), allowed.repeat_interleave(n, 0), pos[:, -1]
         new_ids = torch.full((b * n, max_new_tokens), eos_id, dtype=torch.long)
         logps = torch.zeros(b * n, max_new_tokens)
-        live, last = torch.arange(b * n), last.repeat_interleave(n)  # the rows still generating
+        rows, last = torch.arange(b * n), last.repeat_interleave(n)  # each batch row's output row
+        done = torch.zeros(b * n, dtype=torch.bool)
         for t in range(max_new_tokens):
             tok = self._draw(logits, temperature, generator)
-            new_ids[live, t] = tok
-            logps[live, t] = logits.float().log_softmax(-1).gather(1, tok[:, None])[:, 0]
-            allowed[live, p + t] = True
-            keep = tok != eos_id
-            if not keep.any() or t == max_new_tokens - 1:
+            live = ~done
+            new_ids[rows[live], t] = tok[live]
+            logps[rows[live], t] = logits[live].float().log_softmax(-1).gather(1, tok[live, None])[:, 0]
+            allowed[rows, p + t] = True
+            done |= tok == eos_id
+            if done.all() or t == max_new_tokens - 1:
                 break
-            if not keep.all():
-                live, tok, last = live[keep], tok[keep], last[keep]
+            if 4 * int(done.sum()) > len(rows):
+                keep = ~done
+                rows, tok, last, done = rows[keep], tok[keep], last[keep], done[keep]
                 cache = [(kc[keep], vc[keep]) for kc, vc in cache]
             last = last + 1
             logits = self.forward(
-                tok[:, None], last[:, None], cache, p + t, allowed[live, None, None, : p + t + 1]
+                tok[:, None], last[:, None], cache, p + t, allowed[rows, None, None, : p + t + 1]
             )
         return new_ids, logps
 
