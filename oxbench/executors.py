@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,75 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
         tail = (d / "train.log").read_text().strip().splitlines()[-1:] if (d / "train.log").exists() else []
         rec = failed_record(cfg, out, f"process exited with code {proc.returncode}: {' '.join(tail)[:300]}")
     return rec
+
+
+class WarmWorker:
+    """A long-lived ``python -m oxbench.worker`` process that runs one cell at a time (imports paid once).
+
+    A worker that dies mid-cell (killed, out of memory, a segfault) has its cell recorded as failed and
+    is started afresh for the next cell; one that has run ``max_cells`` cells, or whose memory has grown
+    past ``max_growth`` times what it held after its first cell, is retired and replaced, so a grid's
+    peak memory does not grow with its number of cells."""
+
+    def __init__(self, workers: int, max_cells: int = 32, max_growth: float = 1.5):
+        self.workers, self.max_cells, self.max_growth = workers, max_cells, max_growth
+        self.proc: subprocess.Popen | None = None
+        self.cells, self.first_rss = 0, None
+
+    def _start(self) -> subprocess.Popen:
+        self.cells, self.first_rss = 0, None
+        return subprocess.Popen(
+            [sys.executable, "-m", "oxbench.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=_die_with_parent,
+            env=_child_env(self.workers),
+        )
+
+    def run(self, cfg: RunConfig, out: Path) -> dict:
+        d = run_dir(out, cfg.grid, cfg.run_id())
+        cfg_file = _config_file(cfg, d)
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        job = {"config": str(cfg_file), "out": str(out), "log": str(d / "train.log")}
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            reply = ""
+        finally:
+            cfg_file.unlink(missing_ok=True)
+        if not reply:  # the worker died with this cell
+            code = self.proc.wait()
+            self.proc = None
+            tail = (
+                (d / "train.log").read_text().strip().splitlines()[-1:] if (d / "train.log").exists() else []
+            )
+            return failed_record(cfg, out, f"worker process exited with code {code}: {' '.join(tail)[:300]}")
+        self._maybe_retire(json.loads(reply)["rss_mb"])
+        rec = read_record(d)
+        if rec is None or rec.get("status") not in ("finished", "failed"):
+            rec = failed_record(cfg, out, "the cell ended without recording an outcome")
+        return rec
+
+    def _maybe_retire(self, rss_mb: float) -> None:
+        self.cells += 1
+        self.first_rss = self.first_rss or rss_mb
+        if self.cells >= self.max_cells or rss_mb > self.max_growth * self.first_rss:
+            self.close()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
 
 
 def failed_record(cfg: RunConfig, out: Path, error: str) -> dict:
@@ -193,8 +263,10 @@ def run_local(
     nproc: int = 1,
     on_done: Callable[[RunConfig, dict], None] | None = None,
     on_prepared: Callable[[RunConfig, float, str | None], None] | None = None,
+    warm: bool = True,
 ) -> list[dict]:
-    """A pool of ``workers`` slots. Each base model's shared preparation runs once, in a slot of
+    """A pool of ``workers`` slots, each a :class:`WarmWorker` (``warm``; cells of ``nproc`` > 1 and
+    ``warm=False`` get a fresh process each). Each base model's shared preparation runs once, in a slot of
     its own, and that model's cells join the queue as soon as it is done, so the small scales
     train while the largest is still pre-training. A failed preparation is reported through
     ``on_prepared``; its cells still run and fail with the full error in their records."""
@@ -208,24 +280,41 @@ def run_local(
 
         return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, out, workers))) for c in group]
 
-    results = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        pending = {pool.submit(prepare, g): ("prepare", m) for m, g in groups.items()}
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                kind, item = pending.pop(fut)
-                if kind == "prepare":
-                    for c, secs, err in fut.result():
-                        if on_prepared:
-                            on_prepared(c, secs, err)
-                    for c in by_model[item]:
-                        pending[pool.submit(run_subprocess, c, out, nproc, workers)] = ("cell", c)
-                    continue
-                rec = fut.result()
-                results.append(rec)
-                if on_done:
-                    on_done(item, rec)
+    idle: queue.Queue[WarmWorker] = queue.Queue()
+    for _ in range(max(1, workers)):
+        idle.put(WarmWorker(workers))
+
+    def run_cell_process(c: RunConfig) -> dict:
+        if nproc > 1 or not warm:  # a torchrun world, or asked for: a fresh process per cell
+            return run_subprocess(c, out, nproc, workers)
+        w = idle.get()
+        try:
+            return w.run(c, out)
+        finally:
+            idle.put(w)
+
+    try:
+        results = []
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            pending = {pool.submit(prepare, g): ("prepare", m) for m, g in groups.items()}
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    kind, item = pending.pop(fut)
+                    if kind == "prepare":
+                        for c, secs, err in fut.result():
+                            if on_prepared:
+                                on_prepared(c, secs, err)
+                        for c in by_model[item]:
+                            pending[pool.submit(run_cell_process, c)] = ("cell", c)
+                        continue
+                    rec = fut.result()
+                    results.append(rec)
+                    if on_done:
+                        on_done(item, rec)
+    finally:
+        while not idle.empty():
+            idle.get().close()
     return results
 
 

@@ -1,0 +1,87 @@
+"""``python -m oxbench.worker``: a warm worker that imports torch, transformers and DeepSpeed once and
+then runs cell after cell (the local pool's default for single-process cells).
+
+Protocol: one JSON job per line on stdin, ``{"config": CONFIG.json, "out": OUT, "log": LOG}``; one JSON
+line back per job on the original stdout, ``{"status": ..., "rss_mb": ...}``. While a cell runs, file
+descriptors 1 and 2 point at its ``LOG`` (its ``train.log``, C-level output included), exactly as a
+cell process would write it. A cell holds the same exclusive lock on its run directory as
+``python -m oxbench.cell``. The worker keeps its process group (world size 1) between cells.
+
+Isolation is the pool's job (:class:`oxbench.executors.WarmWorker`): a worker that dies takes only its
+current cell with it (recorded as failed) and is replaced; one whose memory grows is retired.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+
+def _rss_mb() -> float:
+    """This process's current resident memory (MiB)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def run_job(job: dict) -> dict:
+    from oxbench.config import RunConfig
+    from oxbench.runner import run_cell
+    from oxbench.runs import run_dir
+
+    cfg = RunConfig(**json.loads(Path(job["config"]).read_text()))
+    out = Path(job["out"])
+    d = run_dir(out, cfg.grid, cfg.run_id())
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
+            return {"status": "locked"}
+        rec = run_cell(cfg, out, verbose=False)
+    if rec["status"] != "finished":
+        print(f"run {rec['run_id']} failed: {rec['error']}", file=sys.stderr)
+    return {"status": rec["status"]}
+
+
+def _redirected(log: str, job: dict) -> dict:
+    """Run ``job`` with fds 1 and 2 sent to ``log``; restore them after."""
+    saved = os.dup(1), os.dup(2)
+    sys.stdout.flush(), sys.stderr.flush()
+    with open(log, "w") as f:
+        os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
+        try:
+            return run_job(job)
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+
+
+def main() -> int:
+    # the pool reads replies on the original stdout and nothing else: from here on, fd 1 is stderr,
+    # so what libraries print at import (DeepSpeed's accelerator warning) never reaches the pool
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    from oxbench.engine import distributed as D
+    from oxbench.plugins import load_env_plugins
+    from oxbench.runner import run_cell  # noqa: F401  (import the engine once, before the first job)
+
+    load_env_plugins()
+    D.init_distributed()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        result = _redirected(job["log"], job)
+        reply.write(json.dumps({**result, "rss_mb": round(_rss_mb(), 1)}) + "\n")
+    D.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
