@@ -46,7 +46,7 @@ def save_model(d: Path) -> str:
     return str(d)
 
 
-def cells(model: str, n: int, grid: str):
+def cells(model: str, n: int, grid: str, n_train: int = 32):
     from oxbench.config import RunConfig
 
     return [
@@ -55,7 +55,7 @@ def cells(model: str, n: int, grid: str):
             method="sft",
             seed=s,
             model={"name": model},
-            data={"n_train": 32},
+            data={"n_train": n_train},
             train={"batch_size": 8, "lr": 1e-4},
             eval={"n_test": 32, "n_ood": 0, "k": 0, "max_new_tokens": 16},
             task={"ood": False},
@@ -64,12 +64,12 @@ def cells(model: str, n: int, grid: str):
     ]
 
 
-def run_pool(model: str, n: int, workers: int, warm: bool, out: str) -> dict:
+def run_pool(model: str, n: int, workers: int, warm: bool, out: str, n_train: int) -> dict:
     """One pool over ``n`` cells (in this process); wall time, per-cell in-cell times, child peak RSS."""
     from oxbench import executors
     from oxbench.runner import prepare_shared
 
-    grid = cells(model, n, f"g{time.time_ns()}")
+    grid = cells(model, n, f"g{time.time_ns()}", n_train)
     prepare_shared(grid[0], verbose=False)  # the cache holds the base evaluation: cells only
     t = time.perf_counter()
     recs = executors.run_local(grid, Path(out), workers=workers, warm=warm)
@@ -87,20 +87,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n-train", type=int, default=32, help="SFT examples per cell (its size)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the 4x-cells memory runs")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)  # model n workers warm
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "cell_overhead.json"))
     args = ap.parse_args()
     if args.child:
         model, n, workers, warm = args.child
         with tempfile.TemporaryDirectory() as out:
-            print(json.dumps(run_pool(model, int(n), int(workers), warm == "1", out)))
+            print(json.dumps(run_pool(model, int(n), int(workers), warm == "1", out, args.n_train)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         model = save_model(Path(tmp) / "tiny-xs")
 
         def child(n: int, pool: str) -> dict:
             workers, warm = POOLS[pool]
-            cmd = [sys.executable, __file__, "--child", model, str(n), str(workers), "1" if warm else "0"]
+            cmd = [sys.executable, __file__, "--child", model, str(n), str(workers), "1" if warm else "0",
+                   "--n-train", str(args.n_train)]  # fmt: skip
             res = subprocess.run(cmd, capture_output=True, text=True, check=True)
             return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -111,7 +114,7 @@ def main() -> None:
             for pool in names[r % len(names) :] + names[: r % len(names)]:
                 runs[pool].append(child(args.cells, pool))
                 print(f"repeat {r} {pool}: {runs[pool][-1]}", flush=True)
-        big = {p: child(4 * args.cells, p) for p in ("warm x1", "fresh x1")}
+        big = {} if args.no_memory else {p: child(4 * args.cells, p) for p in ("warm x1", "fresh x1")}
     med = {p: {k: statistics.median(x[k] for x in v) for k in v[0]} for p, v in runs.items()}
     ratios = {
         "x2_over_x1": statistics.median(
@@ -123,7 +126,7 @@ def main() -> None:
     }
     peak = {p: {"cells": args.cells, "mib": med[p]["peak_child_mib"], "cells_4x": 4 * args.cells,
                 "mib_4x": big[p]["peak_child_mib"]} for p in big}  # fmt: skip
-    result = {"cells": args.cells, "repeats": args.repeats, "median": med, "ratios": ratios, "peak": peak,
+    result = {"cells": args.cells, "n_train": args.n_train, "repeats": args.repeats, "median": med, "ratios": ratios, "peak": peak,
               "runs": runs}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

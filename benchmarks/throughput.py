@@ -14,8 +14,9 @@ machines this runs on are shared: quote the ratios, not the absolute times.
 
 Contenders:
 * ``generate``: one rollout batch through ``oxbench.text.generation.sample``, backend ``hf`` (HF
-  ``generate``, what oxbench used before) against ``lean`` (oxbench's decode loop).
-* ``online``: oxbench's online loop (SGRPO) with either backend, TRL's GRPOTrainer, and a bare loop
+  ``generate``, what oxbench used before) against ``lean`` (oxbench's decode loop) and, when
+  ``OXBENCH_VLLM_PYTHON`` names a Python with vLLM, the ``vllm`` backend's server.
+* ``online``: oxbench's online loop (SGRPO) with each backend, TRL's GRPOTrainer, and a bare loop
   (HF ``generate`` + the GRPO loss + AdamW; the floor of a HF-generate trainer).
 * ``offline``: oxbench's offline loop (DPO, reference log-probs cached), TRL's DPOTrainer
   (``precompute_ref_log_probs``), and a bare loop (one forward of chosen + rejected + AdamW).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -85,6 +87,26 @@ def gen_contender(backend: str):
         return times[1:]
 
     return run
+
+
+def vllm_gen(model, tok, steps: int) -> list[float]:
+    """The same batch through the ``vllm`` backend's server (OXBENCH_VLLM_PYTHON), weights already loaded."""
+    from oxbench.engine.vllm_client import VllmEngine
+    from oxbench.text.formatting import format_prompt
+
+    engine = VllmEngine(model, tok, threads=torch.get_num_threads())
+    ids = [
+        tok(format_prompt(tok, r["question"]), add_special_tokens=False)["input_ids"] for r in problems(B_P)
+    ]
+    times = []
+    try:
+        for i in range(steps + 1):
+            t = time.perf_counter()
+            engine.sample(ids, n=N, temperature=1.0, max_tokens=NEW_TOKENS, seed=i)
+            times.append(time.perf_counter() - t)
+    finally:
+        engine.close()
+    return times[1:]
 
 
 # --------------------------------------------------------------------------- online
@@ -315,6 +337,11 @@ STUDIES = {
 
 def measure(study: str, scale: str, base: str | None, steps: int, rounds: int) -> dict:
     contenders, ref = STUDIES[study]
+    if os.environ.get("OXBENCH_VLLM_PYTHON") and study in ("generate", "online"):
+        contenders = {
+            **contenders,
+            **({"vllm": vllm_gen} if study == "generate" else {"oxbench-vllm": oxbench_online("vllm")}),
+        }
     names = list(contenders)
     times: dict[str, list[list[float]]] = {k: [] for k in names}
     for r in range(rounds):

@@ -172,8 +172,9 @@ class OnlineConfig(Strict):
     rounds: int = renamed(20, "steps", "rounds")  # M: rollout rounds, one fresh batch each
     inner_epochs: int = 1  # passes over each rollout batch (optimiser steps = rounds * inner_epochs)
     # rollout generation: hf (HF generate), lean (oxbench's decode loop over the same weights; Qwen2
-    # and Llama models, plain temperature sampling)
-    backend: Literal["hf", "lean"] = added("hf")
+    # and Llama models, plain temperature sampling), vllm (a vLLM engine in its own process, in the
+    # Python named by OXBENCH_VLLM_PYTHON; see oxbench/engine/vllm_client.py)
+    backend: Literal["hf", "lean", "vllm"] = added("hf")
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
     temperature: float = 1.0
     max_new_tokens: int = 48

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from oxbench.config import RunConfig
 from oxbench.record import RunRecord
 from oxbench.runs import read_record, run_dir, write_record
-from oxbench.utils import content_hash
+from oxbench.utils import content_hash, die_with_parent
 
 
 def _config_file(cfg: RunConfig, d: Path) -> Path:
@@ -35,16 +35,6 @@ def _config_file(cfg: RunConfig, d: Path) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump(cfg.model_dump(), f)
     return Path(tmp)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux)
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def cell_command(cfg_file: Path, out: Path, nproc: int = 1) -> list[str]:
@@ -73,7 +63,7 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
                 cell_command(cfg_file, out, nproc),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 env=_child_env(workers, nproc),
             )
     finally:
@@ -106,7 +96,7 @@ class WarmWorker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             env=_child_env(self.workers),
         )
 
@@ -204,7 +194,7 @@ def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | No
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             env=_child_env(workers),
         ) as proc:
             for line in proc.stderr:

@@ -182,8 +182,10 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         spec.resolve_hparams(cfg.loss)
         if spec.data == "online" or spec.generates_own_pairs:
             micro_batches_per_rank(cfg.online.prompts_per_batch, cfg.train.batch_size, 1, cfg.method)
-            if cfg.online.backend == "lean" and cfg.model.lora.enabled:
-                raise ValueError("online.backend 'lean' decodes plain Qwen2/Llama weights, not a LoRA model")
+            if cfg.online.backend != "hf" and cfg.model.lora.enabled:
+                raise ValueError(
+                    f"online.backend '{cfg.online.backend}' samples plain weights, not a LoRA model"
+                )
         check_model_name(cfg.model.name)
         if cfg.task.name == "gsm8k":
             from oxbench.tasks import load_task_split

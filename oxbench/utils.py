@@ -11,6 +11,17 @@ import time
 from pathlib import Path
 
 
+def die_with_parent() -> None:  # a Popen preexec_fn: runs in the child between fork and exec (Linux)
+    """The child gets SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), so nothing outlives a grid."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def content_hash(obj, n: int = 12) -> str:
     """A short, stable digest of a JSON-able object (keys sorted)."""
     blob = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))

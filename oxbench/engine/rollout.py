@@ -21,7 +21,7 @@ import torch
 from oxbench.text import decode
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
-from oxbench.text.generation import sample
+from oxbench.text.generation import Sample, cut_at_eos, sample
 
 LOGITS_BUDGET = 4 * 2**30  # bytes of per-step fp32 logits one generation batch may hold (output_logits)
 
@@ -73,11 +73,43 @@ class RolloutWorker:
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1
+        self.vllm = None
+        if backend == "vllm":
+            from oxbench.engine.vllm_client import VllmEngine
+
+            self.vllm = VllmEngine(self.model, tokenizer, threads=torch.get_num_threads())
 
     @torch.no_grad()
     def sync(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         self.model.load_state_dict(state_dict, strict=False)
+        if self.vllm is not None:
+            self.vllm.sync(self.model.state_dict())
         self.version = version
+
+    def close(self) -> None:
+        if self.vllm is not None:
+            self.vllm.close()
+            self.vllm = None
+
+    def _sample(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seed: int):
+        """Per prompt, its ``n`` :class:`Sample` from the configured backend."""
+        if self.vllm is None:
+            return sample(
+                self.model,
+                self.tokenizer,
+                prompts,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                num_return_sequences=n,
+                batch_size=self._batch_prompts(n, max_new_tokens),
+                generator_seed=seed,
+                backend=self.backend,
+            )
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        groups = self.vllm.sample(ids, n=n, temperature=temperature, max_tokens=max_new_tokens, seed=seed)
+        eos = self.tokenizer.eos_token_id
+        return [[Sample(p, c, lp[: len(c)], done) for c, lp in out for c, done in [cut_at_eos(c, eos)]]
+                for p, out in zip(ids, groups)]  # fmt: skip
 
     def _batch_prompts(self, n: int, max_new_tokens: int) -> int:
         """Prompts per generation batch: 256 sequences, fewer if their per-step logits would pass the budget."""
@@ -96,17 +128,8 @@ class RolloutWorker:
         group_offset: int = 0,
     ) -> list[Rollout]:
         """``n`` samples per row, each with its ids, behaviour log-probs, text and reward."""
-        samples = sample(
-            self.model,
-            self.tokenizer,
-            [format_prompt(self.tokenizer, r["question"]) for r in rows],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            num_return_sequences=n,
-            batch_size=self._batch_prompts(n, max_new_tokens),
-            generator_seed=seed,
-            backend=self.backend,
-        )
+        prompts = [format_prompt(self.tokenizer, r["question"]) for r in rows]
+        samples = self._sample(prompts, n, temperature, max_new_tokens, seed)
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):
             for s in group:

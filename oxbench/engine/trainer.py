@@ -339,41 +339,44 @@ def train_online(
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
     consumed, version = [], 0
     engine.train()
-    for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
-        rows = _round_prompts(prompts, rnd, per_rank, sampler)
-        consumed += [r["id"] for r in rows]
-        gen_start = time.time()
-        if per_iteration is not None:
-            if rnd % per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
-                weights = lm_state(full_state_dict(engine))
-                worker.sync(weights, version)
-                if rnd > 0:
-                    live_ref.refresh(weights, 1.0)
-        elif rnd % o.sync_every == 0:
-            worker.sync(lm_state(full_state_dict(engine)), version)
-        experience = worker.rollouts(
-            rows,
-            n=o.n,
-            temperature=o.temperature,
-            max_new_tokens=o.max_new_tokens,
-            seed=seeds["sampling"] * 100_003 + rnd * 1009 + rk,
-            reward_fn=reward_fn,
-            group_offset=rk * per_rank,
-        )
-        rewards = torch.tensor([r.reward for r in experience])
-        stats = rollout_stats(experience, ws)
-        train_start = time.time()
-        stats["gen_seconds"] = train_start - gen_start  # weight sync + sampling + grading, this rank
-        prepared = learner.prepare(experience, version)
-        for _ in range(o.inner_epochs):
-            micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
-            version += 1
-            _maybe_update_reference(spec, hparams, live_ref, engine, version)
-            stats["train_seconds"], train_start = time.time() - train_start, time.time()
-            if version % t.log_every == 0 or rnd == o.rounds - 1:
-                extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats}
-                extra.update(policy_version=worker.version, elapsed=time.time() - start)
-                _log(res.history, logger, engine, version, micro_metrics, extra, gn)
+    try:
+        for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
+            rows = _round_prompts(prompts, rnd, per_rank, sampler)
+            consumed += [r["id"] for r in rows]
+            gen_start = time.time()
+            if per_iteration is not None:
+                if rnd % per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
+                    weights = lm_state(full_state_dict(engine))
+                    worker.sync(weights, version)
+                    if rnd > 0:
+                        live_ref.refresh(weights, 1.0)
+            elif rnd % o.sync_every == 0:
+                worker.sync(lm_state(full_state_dict(engine)), version)
+            experience = worker.rollouts(
+                rows,
+                n=o.n,
+                temperature=o.temperature,
+                max_new_tokens=o.max_new_tokens,
+                seed=seeds["sampling"] * 100_003 + rnd * 1009 + rk,
+                reward_fn=reward_fn,
+                group_offset=rk * per_rank,
+            )
+            rewards = torch.tensor([r.reward for r in experience])
+            stats = rollout_stats(experience, ws)
+            train_start = time.time()
+            stats["gen_seconds"] = train_start - gen_start  # weight sync + sampling + grading, this rank
+            prepared = learner.prepare(experience, version)
+            for _ in range(o.inner_epochs):
+                micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
+                version += 1
+                _maybe_update_reference(spec, hparams, live_ref, engine, version)
+                stats["train_seconds"], train_start = time.time() - train_start, time.time()
+                if version % t.log_every == 0 or rnd == o.rounds - 1:
+                    extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats}
+                    extra.update(policy_version=worker.version, elapsed=time.time() - start)
+                    _log(res.history, logger, engine, version, micro_metrics, extra, gn)
+    finally:
+        worker.close()  # a vLLM server process ends with its loop
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
     res.optimizer_steps, res.seconds = version, time.time() - start
     res.loss_state = learner.state.as_dict()

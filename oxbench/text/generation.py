@@ -82,7 +82,7 @@ class Sample:
     finished: bool  # emitted end-of-sequence (else cut at max_new_tokens)
 
 
-def _cut_at_eos(row: list[int], eos_id: int) -> tuple[list[int], bool]:
+def cut_at_eos(row: list[int], eos_id: int) -> tuple[list[int], bool]:
     """The sampled tokens through the first end-of-sequence (the padding after it dropped)."""
     if eos_id in row:
         return row[: row.index(eos_id) + 1], True
@@ -160,6 +160,6 @@ def _to_samples(new: torch.Tensor, logps: torch.Tensor, enc: dict, eos_id: int, 
     prompt_ids = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
     items = []
     for j, row in enumerate(new.tolist()):
-        ids, done = _cut_at_eos(row, eos_id)
+        ids, done = cut_at_eos(row, eos_id)
         items.append(Sample(prompt_ids[j // n], ids, logps[j][: len(ids)], done))
     return [items[i * n : (i + 1) * n] for i in range(len(prompt_ids))]

