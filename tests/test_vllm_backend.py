@@ -53,6 +53,10 @@ def test_vllm_rollouts_are_exact_and_follow_weight_updates():
             ROWS[:4], n=8, temperature=1.0, max_new_tokens=24, seed=1, reward_fn=digit_share
         )
         assert len(rollouts) == 32 and len({tuple(r.completion_ids) for r in rollouts}) > 1
+        again = worker.rollouts(
+            ROWS[:4], n=8, temperature=1.0, max_new_tokens=24, seed=1, reward_fn=digit_share
+        )
+        assert [r.completion_ids for r in again] == [r.completion_ids for r in rollouts]  # seeded
         batch, old = collate_rollouts(rollouts, tok.pad_token_id, 256)
         with torch.no_grad():
             teacher, mask = token_logps(model, batch)

@@ -7,7 +7,7 @@ each a pickled dict:
 
 * ``{"op": "sample", "prompts": [[ids]], "n", "temperature", "max_tokens", "seed"}`` -> ``{"ids":
   [[[ids] x n] x prompts], "logps": same shape}``: the sampled ids (ending in EOS when finished) and
-  their temperature-1 log-probs (vLLM's ``raw_logprobs``), one seeded request per call;
+  their temperature-1 log-probs (vLLM's ``raw_logprobs``), torch's generator seeded per call;
 * ``{"op": "sync", "path": FILE}`` -> ``{"ok": True}``: new weights (a ``torch.save``d state dict in
   checkpoint names), loaded through ``reload_weights`` (the path that works on CPU), prefix cache dropped;
 * ``{"op": "close"}``.
@@ -65,8 +65,13 @@ def serve(model_dir: str, conn) -> None:
             max_tokens=req["max_tokens"],
             logprobs=0,
             detokenize=False,
-            seed=req["seed"],
         )
+        # the engine runs in this process and samples from torch's global generator: seeding it per
+        # call makes a call reproducible. (A per-request SamplingParams.seed fails on CPU in vLLM 0.32,
+        # "CPU Generator does not use offset", once requests of one batch finish at different steps.)
+        import torch
+
+        torch.manual_seed(req["seed"])
         outs = llm.generate(
             [TokensPrompt(prompt_token_ids=p) for p in req["prompts"]], params, use_tqdm=False
         )
