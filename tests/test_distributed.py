@@ -79,3 +79,16 @@ def test_online_loop_at_world_size_2_zero2(tmp_path, micro_model_dir):
     res = run_worker(tmp_path, micro_model_dir, "sgrpo", 2, 4, 1, 2, nproc=2)
     assert res["steps"] == 2 and res["world"] == 2
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res["history"])
+
+
+def test_deepspeed_builds_no_shm_op(tmp_path):
+    """DeepSpeed JIT-compiled its CPU shared-memory op (50-125 s, a C++ toolchain) the first time a cell
+    started, in a cache every virtualenv shared and rebuilt (issue 13). Starting the process group now
+    builds and loads nothing: with an empty extensions directory it stays empty."""
+    ext = tmp_path / "torch_extensions"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext)}
+    env.pop("OXBENCH_DS_SHM_OP", None)
+    code = "from oxbench.engine import distributed as D; D.init_distributed(); D.shutdown(); print('started')"
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "started" in res.stdout, res.stderr[-2000:]
+    assert "shm_comm" not in res.stdout + res.stderr and not ext.exists()

@@ -49,9 +49,10 @@ def _skip_shm_op() -> None:
     if os.environ.get("OXBENCH_DS_SHM_OP") == "1":
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
         return
-    import deepspeed.comm.torch as ds_torch
+    import importlib
 
-    ds_torch.build_shm_op = lambda: None
+    # by module path: the attribute deepspeed.comm.torch is the torch package (a star import shadows it)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 
 def rank() -> int:
