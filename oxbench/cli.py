@@ -183,8 +183,11 @@ def run(
     ray_address: str | None = typer.Option(None, "--ray-address", help="An existing Ray cluster."),
     slurm_cluster: str | None = typer.Option(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
     plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
+    fresh: bool = typer.Option(
+        False, "--fresh", help="local: a fresh process per cell instead of warm workers that import once."
+    ),
 ):
-    """Run a grid (every cell in its own process) or a single cell (in this process)."""
+    """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
     _load_plugins(plugin)
     if (grid is None) == (config is None):
         fail("give exactly one of --grid FILE or --config FILE")
@@ -200,7 +203,7 @@ def run(
     if plan:
         return
     todo = [c for c in cells if _status(c, out) != "finished"]
-    records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster)
+    records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
     done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
     out_console.print(summary_table(done, f"{g.name}: accuracy (%) mean ± std over seeds"))
     failed = [r for r in records if r.get("status") != "finished"]
@@ -213,7 +216,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
+def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from oxbench import executors
@@ -256,7 +259,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster):
                     bar.console.print(f"prepared {shared_label(cfg)} in {seconds:.0f} s", highlight=False)
 
             return executors.run_local(
-                todo, out, workers=workers, nproc=nproc, on_done=on_done, on_prepared=on_prepared
+                todo, out, workers=workers, nproc=nproc, on_done=on_done, on_prepared=on_prepared, warm=warm
             )
         if executor == "ray":
             return executors.run_ray(
