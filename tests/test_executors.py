@@ -129,7 +129,7 @@ def test_small_scales_run_while_a_large_one_is_still_preparing(tmp_path, monkeyp
         return {"run_id": c.run_id(), "status": "finished"}
 
     monkeypatch.setattr(executors, "_prepare_one", fake_prepare)
-    monkeypatch.setattr(executors, "run_subprocess", fake_cell)
+    monkeypatch.setattr(executors.WarmWorker, "run", lambda self, c, out: fake_cell(c, out, 1, self.workers))
     cells = [RunConfig(method="sft", seed=s, model={"name": m}) for m in ("big", "small") for s in (0, 1)]
     prepared = []
     recs = executors.run_local(
@@ -176,7 +176,7 @@ def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, mo
     assert is_prepared(cfg)
     calls = []
     monkeypatch.setattr(executors, "_prepare_one", lambda c, out, w: calls.append(c) or (0.0, None))
-    monkeypatch.setattr(executors, "run_subprocess", lambda c, out, nproc, w: {"status": "finished"})
+    monkeypatch.setattr(executors.WarmWorker, "run", lambda self, c, out: {"status": "finished"})
     executors.run_local([cfg], tmp_path)
     assert calls == []
     from oxbench.utils import cache_root
