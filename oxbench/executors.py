@@ -268,7 +268,10 @@ def run_local(
     def prepare(group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
         from oxbench.runner import is_prepared
 
-        return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, out, workers))) for c in group]
+        # preparations run side by side only with each other (cells wait for theirs): share the cores
+        # among them (a lone base model pre-trains on every core; its weights are the same either way)
+        share = min(max(1, workers), len(groups))
+        return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, out, share))) for c in group]
 
     idle: queue.Queue[WarmWorker] = queue.Queue()
     for _ in range(max(1, workers)):

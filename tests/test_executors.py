@@ -186,3 +186,20 @@ def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, mo
     assert not is_prepared(cfg)
     executors.run_local([cfg], tmp_path)
     assert len(calls) == 1
+
+
+def test_a_lone_preparation_gets_every_core(monkeypatch, tmp_path):
+    """One base model to prepare with --workers 2: its preparation runs alone (the cells wait for it),
+    so it gets the cores of both slots; two base models share them."""
+    from oxbench import executors
+    from oxbench.config import RunConfig
+
+    shares = []
+    monkeypatch.setattr(executors, "_prepare_one", lambda c, out, w: shares.append(w) or (0.0, None))
+    monkeypatch.setattr(executors.WarmWorker, "run", lambda self, c, out: {"status": "finished"})
+    executors.run_local([RunConfig(method="sft", seed=s) for s in (0, 1)], tmp_path, workers=2)
+    assert shares == [1]
+    shares.clear()
+    cells = [RunConfig(method="sft", model={"name": m}) for m in ("tiny-xs", "tiny-s")]
+    executors.run_local(cells, tmp_path, workers=2)
+    assert shares == [2, 2]
