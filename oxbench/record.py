@@ -62,6 +62,8 @@ class RunRecord(BaseModel):
     data_order_sha: str | None = None
     optimizer_steps: int | None = Field(None, validation_alias=AliasChoices("optimizer_steps", "steps"))
     loss_state: dict[str, float] | None = None  # a stateful loss's carried state at the end of training
+    # online: the compute ledger's totals (rollouts, generated/trained tokens, generation/training seconds)
+    compute: dict[str, float] | None = None
     # results
     metrics: dict[str, int | float | None] | None = None
     timing: dict[str, float] | None = None

@@ -113,3 +113,31 @@ def test_online_rollouts_carry_policy_version(micro_model_dir, monkeypatch):
     _, res, _ = train("sgrpo", micro_model_dir)
     assert seen == [{0}, {1}, {2}]
     assert [h["step"] for h in res.history] == [1, 2, 3]
+
+
+def test_the_online_compute_ledger_counts_every_rollout_and_token(micro_model_dir):
+    """Issue 14's ledger: per round the rollouts, generated tokens and trained tokens (prompt +
+    completion, once per pass), and the cumulative totals in every row and in the result."""
+    D.init_distributed()
+    spec = losses.get("sgrpo")
+    model, tok = load_model(micro_model_dir, cfg_for(micro_model_dir, "sgrpo"), init_seed=0)
+    cfg = cfg_for(micro_model_dir, "sgrpo")
+    cfg = cfg.model_copy(update={"online": cfg.online.model_copy(update={"inner_epochs": 2})})
+    _, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run="ledger",
+                          reward_fn=length_parity_reward)  # fmt: skip
+    rounds = {h["round"]: h for h in res.history}
+    o = cfg.online
+    assert len(rounds) == o.rounds and all(
+        h["rollouts"] == o.prompts_per_batch * o.n for h in rounds.values()
+    )
+    assert all(0 < h["generated_tokens"] <= h["rollouts"] * o.max_new_tokens for h in rounds.values())
+    c = res.compute
+    assert c["rollouts"] == o.rounds * o.prompts_per_batch * o.n
+    assert c["generated_tokens"] == sum(h["generated_tokens"] for h in rounds.values())
+    assert c["trained_tokens"] == o.inner_epochs * sum(h["trained_tokens"] for h in rounds.values())
+    cum = [h["cum_trained_tokens"] for h in res.history]
+    assert (
+        cum == sorted(cum)
+        and cum[-1] == c["trained_tokens"]
+        and res.history[-1]["cum_rollouts"] == c["rollouts"]
+    )

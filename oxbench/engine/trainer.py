@@ -45,6 +45,28 @@ class TrainResult:
     data_stats: dict = field(default_factory=dict)
     seconds: float = 0.0
     loss_state: dict | None = None  # the loss's carried state at the end (stateful specs)
+    compute: dict = field(default_factory=dict)  # online: the compute ledger's totals (LEDGER keys)
+
+
+LEDGER = ("rollouts", "generated_tokens", "trained_tokens", "gen_seconds", "train_seconds")
+
+
+def _ledger_round(experience: list, max_len: int) -> dict:
+    """One round's rollouts, generated tokens and trained tokens of one pass over them (prompt +
+    completion, as collated), summed over every rank."""
+    mine = [
+        len(experience),
+        sum(len(r.completion_ids) for r in experience),
+        sum(min(max_len, len(r.prompt_ids) + len(r.completion_ids)) for r in experience),
+    ]
+    return dict(zip(LEDGER[:3], (sum(col) for col in zip(*D.all_gather_objects(mine)))))
+
+
+def _add(ledger: dict, **amounts) -> dict:
+    """Add to the cumulative ledger; the ``cum_*`` view of it, for a metrics row."""
+    for k, v in amounts.items():
+        ledger[k] = ledger.get(k, 0) + v
+    return {f"cum_{k}": ledger.get(k, 0) for k in LEDGER}
 
 
 # --------------------------------------------------------------------------- model + engine
@@ -364,15 +386,21 @@ def train_online(
             rewards = torch.tensor([r.reward for r in experience])
             stats = rollout_stats(experience, ws)
             train_start = time.time()
+            stats |= _ledger_round(experience, worker.max_len)
             stats["gen_seconds"] = train_start - gen_start  # weight sync + sampling + grading, this rank
+            _add(res.compute, rollouts=stats["rollouts"], generated_tokens=stats["generated_tokens"],
+                 gen_seconds=stats["gen_seconds"])  # fmt: skip
             prepared = learner.prepare(experience, version)
             for _ in range(o.inner_epochs):
                 micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
                 version += 1
                 _maybe_update_reference(spec, hparams, live_ref, engine, version)
                 stats["train_seconds"], train_start = time.time() - train_start, time.time()
+                cumulative = _add(
+                    res.compute, trained_tokens=stats["trained_tokens"], train_seconds=stats["train_seconds"]
+                )
                 if version % t.log_every == 0 or rnd == o.rounds - 1:
-                    extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats}
+                    extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative}
                     extra.update(policy_version=worker.version, elapsed=time.time() - start)
                     _log(res.history, logger, engine, version, micro_metrics, extra, gn)
     finally:
