@@ -64,6 +64,23 @@ def problems(n: int) -> list[dict]:
     return load_task_split(TASK, "train", n=n, seed=0)
 
 
+def trl_clock():
+    """``(stamps, callback)``: a TRL trainer callback that stamps the start of the first step and the end
+    of every step, for :func:`step_times`."""
+    from transformers import TrainerCallback
+
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            stamps.append(time.perf_counter()) if not stamps else None
+
+        def on_step_end(self, *a, **k):
+            stamps.append(time.perf_counter())
+
+    return stamps, Clock()
+
+
 def step_times(stamps: list[float]) -> list[float]:
     """Per-step durations from cumulative time stamps, the first (warm-up) step dropped."""
     return [b - a for a, b in zip(stamps[:-1], stamps[1:])][1:] if len(stamps) > 2 else []
@@ -141,7 +158,6 @@ def oxbench_online(backend: str):
 
 def trl_online(model, tok, steps: int) -> list[float]:
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from oxbench.tasks.grading import is_correct
@@ -150,14 +166,7 @@ def trl_online(model, tok, steps: int) -> list[float]:
     def reward(completions, answer, **_):
         return [float(is_correct(c, a)) for c, a in zip(completions, answer)]
 
-    stamps = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            stamps.append(time.perf_counter()) if not stamps else None
-
-        def on_step_end(self, *a, **k):
-            stamps.append(time.perf_counter())
+    stamps, clock = trl_clock()
 
     rows = [{"prompt": format_prompt(tok, r["question"]), "answer": r["answer"]} for r in problems(256)]
     with tempfile.TemporaryDirectory() as out:
@@ -169,7 +178,7 @@ def trl_online(model, tok, steps: int) -> list[float]:
             disable_tqdm=True, dataloader_num_workers=0,
         )  # fmt: skip
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
-                              processing_class=tok, callbacks=[Clock()])  # fmt: skip
+                              processing_class=tok, callbacks=[clock])  # fmt: skip
         trainer.train()
     return step_times(stamps)
 
@@ -254,19 +263,11 @@ def oxbench_offline(model, tok, steps: int) -> list[float]:
 
 def trl_offline(model, tok, steps: int) -> list[float]:
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import DPOConfig, DPOTrainer
 
     from oxbench.text.formatting import format_completion, format_prompt
 
-    stamps = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            stamps.append(time.perf_counter()) if not stamps else None
-
-        def on_step_end(self, *a, **k):
-            stamps.append(time.perf_counter())
+    stamps, clock = trl_clock()
 
     rows = [
         {"prompt": format_prompt(tok, r["question"]), "chosen": format_completion(tok, r["chosen"]),
@@ -281,7 +282,7 @@ def trl_offline(model, tok, steps: int) -> list[float]:
             dataloader_num_workers=0,
         )  # fmt: skip
         trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                             callbacks=[Clock()])  # fmt: skip
+                             callbacks=[clock])  # fmt: skip
         trainer.train()
     return step_times(stamps)
 

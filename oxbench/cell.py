@@ -28,23 +28,29 @@ def main(argv: list[str]) -> int:
 
         prepare_shared(RunConfig(**json.loads(Path(argv[1]).read_text())), verbose=True)
         return 0
-    cfg = RunConfig(**json.loads(Path(argv[0]).read_text()))
-    out = Path(argv[1])
+    rec = run_locked(RunConfig(**json.loads(Path(argv[0]).read_text())), Path(argv[1]))
+    D.shutdown()
+    if rec is None:
+        return 3
+    return 0 if rec["status"] == "finished" else 1
+
+
+def run_locked(cfg: RunConfig, out: Path) -> dict | None:
+    """Run the cell holding the exclusive lock on its run directory (rank 0 takes it); None if another
+    process holds it. A failure is printed, for the cell's ``train.log``."""
     d = run_dir(out, cfg.grid, cfg.run_id())
     d.mkdir(parents=True, exist_ok=True)
-    lock = open(d / ".lock", "w")
-    if D.rank_from_env() == 0:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
-            return 3
-    rec = run_cell(cfg, out, verbose=False)
-    D.shutdown()
+    with open(d / ".lock", "w") as lock:
+        if D.rank_from_env() == 0:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
+                return None
+        rec = run_cell(cfg, out, verbose=False)
     if rec["status"] != "finished":
         print(f"run {rec['run_id']} failed: {rec['error']}", file=sys.stderr)
-        return 1
-    return 0
+    return rec
 
 
 if __name__ == "__main__":

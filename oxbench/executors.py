@@ -68,10 +68,20 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
             )
     finally:
         cfg_file.unlink(missing_ok=True)
-    rec = read_record(d)
+    return _outcome(cfg, out, f"process exited with code {proc.returncode}: {_log_tail(d)}")
+
+
+def _log_tail(d: Path) -> str:
+    """The last line of a cell's ``train.log`` (its error, when it died), cut to 300 characters."""
+    log = d / "train.log"
+    return " ".join(log.read_text().strip().splitlines()[-1:])[:300] if log.exists() else ""
+
+
+def _outcome(cfg: RunConfig, out: Path, why: str) -> dict:
+    """The cell's own record if it got to write its outcome, else a failed record saying ``why``."""
+    rec = read_record(run_dir(out, cfg.grid, cfg.run_id()))
     if rec is None or rec.get("status") not in ("finished", "failed"):
-        tail = (d / "train.log").read_text().strip().splitlines()[-1:] if (d / "train.log").exists() else []
-        rec = failed_record(cfg, out, f"process exited with code {proc.returncode}: {' '.join(tail)[:300]}")
+        rec = failed_record(cfg, out, why)
     return rec
 
 
@@ -117,15 +127,9 @@ class WarmWorker:
         if not reply:  # the worker died with this cell
             code = self.proc.wait()
             self.proc = None
-            tail = (
-                (d / "train.log").read_text().strip().splitlines()[-1:] if (d / "train.log").exists() else []
-            )
-            return failed_record(cfg, out, f"worker process exited with code {code}: {' '.join(tail)[:300]}")
+            return failed_record(cfg, out, f"worker process exited with code {code}: {_log_tail(d)}")
         self._maybe_retire(json.loads(reply)["rss_mb"])
-        rec = read_record(d)
-        if rec is None or rec.get("status") not in ("finished", "failed"):
-            rec = failed_record(cfg, out, "the cell ended without recording an outcome")
-        return rec
+        return _outcome(cfg, out, "the cell ended without recording an outcome")
 
     def _maybe_retire(self, rss_mb: float) -> None:
         self.cells += 1

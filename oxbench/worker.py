@@ -13,7 +13,6 @@ current cell with it (recorded as failed) and is replaced; one whose memory grow
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import resource
@@ -28,24 +27,11 @@ def _rss_mb() -> float:
 
 
 def run_job(job: dict) -> dict:
+    from oxbench.cell import run_locked
     from oxbench.config import RunConfig
-    from oxbench.runner import run_cell
-    from oxbench.runs import run_dir
 
-    cfg = RunConfig(**json.loads(Path(job["config"]).read_text()))
-    out = Path(job["out"])
-    d = run_dir(out, cfg.grid, cfg.run_id())
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / ".lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
-            return {"status": "locked"}
-        rec = run_cell(cfg, out, verbose=False)
-    if rec["status"] != "finished":
-        print(f"run {rec['run_id']} failed: {rec['error']}", file=sys.stderr)
-    return {"status": rec["status"]}
+    rec = run_locked(RunConfig(**json.loads(Path(job["config"]).read_text())), Path(job["out"]))
+    return {"status": "locked" if rec is None else rec["status"]}
 
 
 def _redirected(log: str, job: dict) -> dict:

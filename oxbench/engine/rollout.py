@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from oxbench.text import decode
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -66,10 +65,6 @@ def collate_rollouts(rollouts: list[Rollout], pad_id: int, max_len: int) -> tupl
 class RolloutWorker:
     def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf"):
         self.model, self.backend = copy.deepcopy(model).eval(), backend
-        if backend == "lean" and not decode.supports(self.model):
-            raise ValueError(
-                f"online.backend 'lean' runs Qwen2/Llama models without LoRA, not {type(model).__name__}"
-            )
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1

@@ -52,14 +52,15 @@ LEDGER = ("rollouts", "generated_tokens", "trained_tokens", "gen_seconds", "trai
 
 
 def _ledger_round(experience: list, max_len: int) -> dict:
-    """One round's rollouts, generated tokens and trained tokens of one pass over them (prompt +
-    completion, as collated), summed over every rank."""
+    """One round's generated tokens and trained tokens of one pass over them (prompt + completion, as
+    collated), summed over every rank (its rollouts are :func:`rollout_stats`'s)."""
     mine = [
-        len(experience),
         sum(len(r.completion_ids) for r in experience),
         sum(min(max_len, len(r.prompt_ids) + len(r.completion_ids)) for r in experience),
     ]
-    return dict(zip(LEDGER[:3], (sum(col) for col in zip(*D.all_gather_objects(mine)))))
+    return dict(
+        zip(("generated_tokens", "trained_tokens"), (sum(col) for col in zip(*D.all_gather_objects(mine))))
+    )
 
 
 def _add(ledger: dict, **amounts) -> dict:

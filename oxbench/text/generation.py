@@ -130,14 +130,15 @@ def sample(
         raise ValueError(
             f"the lean backend samples Qwen2/Llama models at top_p 1, not {type(model).__name__}"
         )
+    decoder = decode.LeanDecoder(model) if lean else None  # its fused weights are built once a call
     kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
     results: list[list[Sample]] = []
     for start, enc in enumerate(
         _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, None)
     ):
-        if lean:
+        if decoder is not None:
             gen = torch.Generator().manual_seed(generator_seed + start * batch_size)
-            new, logps = decode.LeanDecoder(model).sample(
+            new, logps = decoder.sample(
                 enc["input_ids"],
                 enc["attention_mask"],
                 n=n,
