@@ -99,6 +99,19 @@ def add_k3_kl(per_token: Tensor, inputs: LossInputs, beta: float, name: str) -> 
     return per_token + beta * kl, kl
 
 
+def add_entropy_bonus(per_token: Tensor, inputs: LossInputs, coef: float, name: str) -> Tensor:
+    """``per_token − coef·H_t``: verl's entropy regularisation (``entropy_coeff``; ``pg_loss −
+    entropy_coeff·entropy`` in ``dp_actor.py``), H_t the policy's full next-token entropy at response
+    token t, with gradient (``inputs.token_entropy``, filled by the trainer when the spec's
+    :meth:`~losses.registry.LossSpec.uses_entropy`). It is added before aggregation, so it is
+    averaged as the loss averages its tokens, as verl aggregates it with the loss's ``loss_agg_mode``.
+    ``coef == 0`` returns ``per_token`` itself (the loss is bitwise what it was without the term)."""
+    if coef == 0.0:
+        return per_token
+    inputs.require(name, "token_entropy")
+    return per_token - coef * inputs.token_entropy
+
+
 # --- metrics -----------------------------------------------------------------------------
 
 

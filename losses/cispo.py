@@ -20,22 +20,36 @@ KL, and the trainer must load a reference).
 ``clip_frac`` = share of tokens with ``r > ε_max`` and ``Â > 0`` (TRL's ``cispo_clip_ratio``).
 Deviation from oxRL: oxRL clips two-sided to ``[1−0.2, 1+0.2]`` and multiplies the log-ratio;
 the log-ratio has the same gradient as ``log π``, but the loss values differ.
+
+``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
+before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
+:func:`losses._online.add_entropy_bonus`).
 """
 
 from __future__ import annotations
 
-from losses._online import add_k3_kl, group_advantages, online_metrics, token_mean, token_ratio
+from losses._online import (
+    add_entropy_bonus,
+    add_k3_kl,
+    group_advantages,
+    online_metrics,
+    token_mean,
+    token_ratio,
+)
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
-def cispo_loss(inputs: LossInputs, *, epsilon_high: float = 5.0, beta: float = 0.0) -> LossOutput:
+def cispo_loss(
+    inputs: LossInputs, *, epsilon_high: float = 5.0, beta: float = 0.0, entropy_coef: float = 0.0
+) -> LossOutput:
     inputs.require("cispo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)[:, None]
     ratio = token_ratio(inputs)
     weight = ratio.clamp(max=epsilon_high).detach()
     per_token = -weight * adv * inputs.token_logps
     per_token, kl = add_k3_kl(per_token, inputs, beta, "cispo")
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "cispo")
     loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
     clipped = (ratio > epsilon_high) & (adv > 0)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv[:, 0], kl=kl))
@@ -47,7 +61,7 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon_high": 5.0, "beta": 0.0},
+    defaults={"epsilon_high": 5.0, "beta": 0.0, "entropy_coef": 0.0},
     paper="arXiv:2506.13585 §3.1 (CISPO objective)",
     version=1,
     description="CISPO: REINFORCE on every token with a clipped, stop-gradient importance weight.",

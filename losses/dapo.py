@@ -21,6 +21,10 @@ Paper: arXiv:2503.14476, the DAPO objective (§3, Eq. 8).
 Overlong reward shaping (the paper's fourth technique) acts on the reward, not on this loss.
 Deviation from TRL: TRL normalises by all tokens of the generation batch, flat groups
 included; we normalise by the tokens of kept groups (equal when every group has signal).
+
+``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
+before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
+:func:`losses._online.add_entropy_bonus`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from losses._online import (
+    add_entropy_bonus,
     add_k3_kl,
     clipped_surrogate,
     flat_groups,
@@ -59,7 +64,12 @@ def dapo_batch_stats(batch: LossInputs, **_) -> dict[str, torch.Tensor]:
 
 
 def dapo_loss(
-    inputs: LossInputs, *, epsilon: float = 0.2, epsilon_high: float = 0.28, beta: float = 0.0
+    inputs: LossInputs,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.28,
+    beta: float = 0.0,
+    entropy_coef: float = 0.0,
 ) -> LossOutput:
     inputs.require("dapo", "token_logps", "mask", "rewards", "group_ids")
     flat = flat_groups(inputs.rewards, inputs.group_ids)
@@ -67,6 +77,7 @@ def dapo_loss(
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "dapo")
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "dapo")
     loss = token_mean(per_token, kept_tokens(inputs), inputs, total="kept_tokens")
     metrics = online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl)
     metrics["groups_kept_frac"] = groups_kept_frac(flat, inputs.group_ids)
@@ -79,7 +90,7 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0},
+    defaults={"epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0, "entropy_coef": 0.0},
     batch_stats=dapo_batch_stats,
     paper="arXiv:2503.14476 Eq. 8",
     version=1,

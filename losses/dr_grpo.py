@@ -26,11 +26,22 @@ Defaults: ε = ε_high = 0.2, β = 0 (the paper drops the KL term); with ``beta 
 on ``ref_token_logps`` is added per token before the same reduction, as TRL does (the
 trainer must then load a reference: ``needs_reference`` is False).
 Deviation: flat groups get advantage exactly 0 (TRL: ~1e-8 residue).
+
+``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
+before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
+:func:`losses._online.add_entropy_bonus`).
 """
 
 from __future__ import annotations
 
-from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses._online import (
+    add_entropy_bonus,
+    add_k3_kl,
+    clipped_surrogate,
+    group_advantages,
+    online_metrics,
+    token_ratio,
+)
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
@@ -55,6 +66,7 @@ def dr_grpo_loss(
     epsilon: float = 0.2,
     epsilon_high: float = 0.2,
     max_completion_length: int | None = None,
+    entropy_coef: float = 0.0,
 ) -> LossOutput:
     inputs.require("dr_grpo", "token_logps", "mask", "rewards", "group_ids")
     length = generation_limit(inputs, max_completion_length)
@@ -62,6 +74,7 @@ def dr_grpo_loss(
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "dr_grpo")
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "dr_grpo")
     loss = (per_token * inputs.mask).sum() / (inputs.mask.size(0) * length)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
@@ -72,7 +85,13 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.2, "max_completion_length": None},
+    defaults={
+        "beta": 0.0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "max_completion_length": None,
+        "entropy_coef": 0.0,
+    },
     paper="arXiv:2503.20783 §3.2 (Dr. GRPO objective)",
     version=2,
     description="Dr. GRPO: GRPO without std and length normalisation (token sum / constant G*L_max).",

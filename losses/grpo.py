@@ -24,24 +24,41 @@ equal gets advantage exactly 0 (TRL leaves a ~1e-8/1e-4 rounding residue).
 
 The helpers every online loss shares (advantages, ratios, clipping, KL, metrics, staleness) are
 in ``losses/_online.py``.
+
+``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
+before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
+:func:`losses._online.add_entropy_bonus`).
 """
 
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, token_ratio
+from losses._online import (
+    add_entropy_bonus,
+    add_k3_kl,
+    clipped_surrogate,
+    group_advantages,
+    online_metrics,
+    token_ratio,
+)
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
 def grpo_loss(
-    inputs: LossInputs, *, beta: float = 0.04, epsilon: float = 0.2, epsilon_high: float = 0.2
+    inputs: LossInputs,
+    *,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.2,
+    entropy_coef: float = 0.0,
 ) -> LossOutput:
     inputs.require("grpo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "grpo")
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "grpo")
     loss = masked_mean(per_token, inputs.mask).mean()
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
@@ -52,7 +69,7 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=True,
-    defaults={"beta": 0.04, "epsilon": 0.2, "epsilon_high": 0.2},
+    defaults={"beta": 0.04, "epsilon": 0.2, "epsilon_high": 0.2, "entropy_coef": 0.0},
     paper="arXiv:2402.03300 Eq. 3",
     version=1,
     description="GRPO: group z-scored advantages, clipped token ratio, per-response token mean, k3 KL.",

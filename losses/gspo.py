@@ -17,24 +17,41 @@ averaged per response before the mean over responses, as TRL does (the trainer m
 load a reference: ``needs_reference`` is False).
 ``clip_frac`` and ``ratio_mean`` are over responses. On-policy ``s_i = 1`` with gradient
 ``mean_t ∇log π_θ(o_{i,t})``.
+
+``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
+before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
+:func:`losses._online.add_entropy_bonus`).
 """
 
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses._online import add_k3_kl, clipped_surrogate, group_advantages, online_metrics, sequence_ratio
+from losses._online import (
+    add_entropy_bonus,
+    add_k3_kl,
+    clipped_surrogate,
+    group_advantages,
+    online_metrics,
+    sequence_ratio,
+)
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
 
 
 def gspo_loss(
-    inputs: LossInputs, *, epsilon: float = 0.0003, epsilon_high: float = 0.0004, beta: float = 0.0
+    inputs: LossInputs,
+    *,
+    epsilon: float = 0.0003,
+    epsilon_high: float = 0.0004,
+    beta: float = 0.0,
+    entropy_coef: float = 0.0,
 ) -> LossOutput:
     inputs.require("gspo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
     ratio = sequence_ratio(inputs)
     per_seq, clipped = clipped_surrogate(ratio, adv, epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_seq[:, None].expand_as(inputs.mask), inputs, beta, "gspo")
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "gspo")
     loss = masked_mean(per_token, inputs.mask).mean()
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
@@ -45,7 +62,7 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
+    defaults={"epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0, "entropy_coef": 0.0},
     paper="arXiv:2507.18071 §4.1 (GSPO objective)",
     version=1,
     description="GSPO: one length-normalised importance ratio per response, clipped at the sequence level.",

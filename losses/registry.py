@@ -137,6 +137,11 @@ class LossSpec:
         losses are reference-free by default)."""
         return self.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
 
+    def uses_entropy(self, hparams: dict[str, Any]) -> bool:
+        """Whether the loss reads ``token_entropy``: an entropy coefficient ``entropy_coef`` != 0 (the
+        GRPO-family losses' optional entropy regularisation)."""
+        return float(hparams.get("entropy_coef", 0.0) or 0.0) != 0
+
     def __call__(self, inputs: LossInputs, **hparams: Any) -> LossOutput:
         return self.fn(inputs, **self.resolve_hparams(hparams))
 

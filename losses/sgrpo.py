@@ -22,7 +22,11 @@ response token only (all other tokens get A = 0); ``reward_broadcast=False`` rep
 
 Deviations from oxRL: broadcast on by default (see above); ``clip_frac`` counts only tokens
 whose gradient the clip zeroes (TRL's region definition), oxRL counts every ratio outside
-``[1−ε, 1+ε]``; no entropy bonus (oxRL's ``entropy_coeff`` defaults to 0).
+``[1−ε, 1+ε]``; the entropy bonus is off by default, as oxRL's ``entropy_coeff`` (0).
+
+``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
+before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
+:func:`losses._online.add_entropy_bonus`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from losses._online import (
+    add_entropy_bonus,
     add_k3_kl,
     clipped_surrogate,
     group_advantages,
@@ -63,6 +68,7 @@ def sgrpo_loss(
     epsilon_high: float = 0.2,
     beta: float = 0.0,
     reward_broadcast: bool = True,
+    entropy_coef: float = 0.0,
 ) -> LossOutput:
     inputs.require("sgrpo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True, eps=ADV_EPS)
@@ -70,6 +76,7 @@ def sgrpo_loss(
     ratio = token_ratio(inputs)
     per_token, clipped = clipped_surrogate(ratio, token_adv, epsilon, epsilon_high)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "sgrpo")
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "sgrpo")
     loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
@@ -80,7 +87,13 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon": 0.2, "epsilon_high": 0.2, "beta": 0.0, "reward_broadcast": True},
+    defaults={
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "beta": 0.0,
+        "reward_broadcast": True,
+        "entropy_coef": 0.0,
+    },
     paper="arXiv:2402.03300 Eq. 3 (token-level form of the reference study, oxRL)",
     version=1,
     description="Reference study's GRPO: group z-scores, clipped token ratio, mean over all batch tokens, no KL.",

@@ -229,6 +229,9 @@ class Learner:
         if self.split:
             inputs.micro_batches = self.micro_batches * D.world_size()
             inputs.batch_stats = prep.stats
+        if self.spec.uses_entropy(self.hparams):
+            logp_all = logits.float().log_softmax(-1)
+            inputs.token_entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
         if self.spec.needs_value_model:
             inputs.values = out["value"][:, :-1] * mask
             inputs.old_values = prep.old_values[m]
