@@ -93,9 +93,20 @@ def _estimate_seconds(cfg) -> float:
     return 26 + flops / 9.4e10
 
 
+def _online_cell(cfg) -> bool:
+    import losses
+
+    spec = losses.get(cfg.method)
+    return spec.data == "online" or spec.generates_own_pairs
+
+
 def print_plan(cells, out: Path) -> dict:
     table = Table(title=f"plan: {len(cells)} cells -> {out}")
-    for col in ("#", "run_id", "scale", "method", "seed", "status", "est."):
+    arm_keys = sorted({k for c in cells for k in c.arm_keys})
+    budgeted = any(_online_cell(c) for c in cells)
+    short = {"online.n": "n", "online.prompts_per_batch": "B_p"}
+    cols = ("#", "run_id", "scale", "method", *(short.get(k, k.split(".")[-1]) for k in arm_keys), "seed")
+    for col in (*cols, *(("M", "C (rollouts)") if budgeted else ()), "status", "est."):
         table.add_column(col, overflow="fold")
     counts: dict[str, int] = {}
     total = 0.0
@@ -104,7 +115,10 @@ def print_plan(cells, out: Path) -> dict:
         counts[st] = counts.get(st, 0) + 1
         est = 0.0 if st == "finished" else _estimate_seconds(c)
         total += est
-        table.add_row(str(i + 1), c.run_id(), c.model.name, c.method, str(c.seed), st, f"{est / 60:.1f}m")
+        arm = c.arm()
+        compute = (str(c.online.rounds), f"{c.online.rollouts():,}") if _online_cell(c) else ("", "")
+        table.add_row(str(i + 1), c.run_id(), c.model.name, c.method, *(str(arm.get(k, "")) for k in arm_keys),
+                      str(c.seed), *(compute if budgeted else ()), st, f"{est / 60:.1f}m")  # fmt: skip
     out_console.print(table)
     out_console.print(
         f"finished {counts.get('finished', 0)}, to run {len(cells) - counts.get('finished', 0)} "

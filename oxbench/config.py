@@ -44,10 +44,10 @@ class Strict(BaseModel):
         out = self.model_dump(by_alias=True)
         for name, field in type(self).model_fields.items():
             key, value = field.serialization_alias or name, getattr(self, name)
-            if isinstance(value, Strict):
-                out[key] = value.hash_view()
-            elif (field.json_schema_extra or {}).get("added") and value == field.default:
+            if (field.json_schema_extra or {}).get("added") and value == field.default:
                 del out[key]
+            elif isinstance(value, Strict):
+                out[key] = value.hash_view()
         return out
 
 
@@ -139,12 +139,67 @@ class TaskConfig(Strict):
         return self
 
 
+# IsoCompute's difficulty bins (arXiv 2603.12151): [lo, hi] of the base's per-problem avg@k.
+# extremely_hard is pass@k = 0: none of the k samples right.
+SUBSETS = {"easy": (0.3, 0.6), "hard": (0.0, 1 / 16), "extremely_hard": (0.0, 0.0)}
+
+
 class DataConfig(Strict):
     n_train: int | None = 512  # training prompts (None: the whole train split)
     max_len: int = 256
     self_play_k: int = 16  # samples per prompt for preference pairs (reference study: 16)
     self_play_temperature: float = 1.0
     max_new_tokens: int = 48
+    # online prompts by the base's difficulty (oxbench.data.difficulty): a SUBSETS name, or a mixture
+    # {name: share} (shares sum to 1). None: every prompt.
+    subset: str | dict[str, float] | None = added(None)
+    difficulty_k: int = added(16)  # samples per problem for the base's avg@k
+    difficulty_grader: Literal["strict", "flexible"] = added("strict")  # flexible: difficulty beyond format
+
+    @field_validator("subset")
+    @classmethod
+    def _known_subset(cls, v):
+        shares = {v: 1.0} if isinstance(v, str) else v
+        for name, share in (shares or {}).items():
+            if name not in SUBSETS:
+                close = difflib.get_close_matches(name, list(SUBSETS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(SUBSETS)})"
+                raise ValueError(f"unknown subset {name!r}{hint}")
+            if not math.isfinite(share) or share <= 0:
+                raise ValueError(f"share of subset {name!r} must be a finite number > 0, got {share}")
+        if shares and abs(sum(shares.values()) - 1.0) > 1e-6:
+            raise ValueError(f"subset shares must sum to 1, got {sum(shares.values()):g}")
+        return v
+
+    @field_validator("difficulty_k")
+    @classmethod
+    def _k_positive(cls, v):
+        if v < 1:
+            raise ValueError(f"difficulty_k must be >= 1, got {v}")
+        return v
+
+
+class LrScaling(Strict):
+    """``train.lr`` from the batch size: ``base_lr * (B / base_batch) ** p`` with p = 1/2 (sqrt, the
+    IsoCompute rule) or 1 (linear); B is rollouts per optimiser step online (B_p * n), examples per
+    step offline. Resolved when the config is built, so ``train.lr`` in ``run.json`` is the LR used."""
+
+    rule: Literal["none", "sqrt", "linear"] = "none"
+    base_lr: float | None = None
+    base_batch: int = 1024
+
+    @model_validator(mode="after")
+    def _complete(self):
+        if self.rule != "none" and (
+            self.base_lr is None or not math.isfinite(self.base_lr) or self.base_lr <= 0
+        ):
+            raise ValueError(f"lr_scaling rule {self.rule!r} needs base_lr > 0, got {self.base_lr}")
+        if self.base_batch < 1:
+            raise ValueError(f"base_batch must be >= 1, got {self.base_batch}")
+        return self
+
+    def lr(self, batch: int) -> float:
+        return self.base_lr * (batch / self.base_batch) ** {"sqrt": 0.5, "linear": 1.0}[self.rule]
 
 
 class TrainConfig(Strict):
@@ -162,6 +217,7 @@ class TrainConfig(Strict):
     max_steps: int | None = None  # stop after this many optimizer steps (tests, smoke runs)
     check_reference: bool = True  # step-0 check that policy log-probs equal the reference's
     save_model: bool = False  # save the trained weights to <run_dir>/model (save_pretrained format)
+    lr_scaling: LrScaling = added(LrScaling())
 
 
 class OnlineConfig(Strict):
@@ -180,6 +236,11 @@ class OnlineConfig(Strict):
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
     n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
+    reward_grader: Literal["strict", "flexible"] = added("strict")  # the grader that scores rollouts
+
+    def rollouts(self) -> int:
+        """C = B_p * n * M: the run's sampling compute, in rollouts."""
+        return self.prompts_per_batch * self.n * self.rounds
 
 
 class EvalConfig(Strict):
@@ -191,6 +252,18 @@ class EvalConfig(Strict):
     n_sampled: int = 100  # problems used for the sampled metrics
     temperature: float = 1.0
     batch_size: int = 128
+    # learning curves (online): every ``every`` rollouts, the policy on ``n_val`` validation problems
+    # (disjoint from the RL prompts and the test split): greedy strict/verified, avg/best/worst@k
+    every: int | None = added(None)
+    n_val: int = added(100)
+    backend: Literal["hf", "lean"] = added("hf")  # generation for evaluation (lean: oxbench's decode loop)
+
+    @field_validator("every", "n_val")
+    @classmethod
+    def _positive(cls, v, info):
+        if v is not None and v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
 
 
 class Seeds(Strict):
@@ -218,6 +291,29 @@ class RunConfig(Strict):
     # oxbench.grid.expand): with scale, method and LoRA they name the cell's arm. Not part of the
     # run_id or the config hash, so the same config keeps its id whichever grid it came from.
     arm_keys: list[str] = []
+
+    @model_validator(mode="after")
+    def _resolve(self):
+        """Resolve ``train.lr_scaling`` into ``train.lr`` and check ``eval.every`` against the run."""
+        o, t = self.online, self.train
+        if t.lr_scaling.rule == "none" and self.eval.every is None:
+            return self  # (no loss registry import: one-line errors stay fast)
+        online = _is_online(self.method)
+        if t.lr_scaling.rule != "none":
+            batch = o.prompts_per_batch * o.n if online else t.batch_size * t.grad_accum
+            lr = t.lr_scaling.lr(batch)
+            if "lr" in t.model_fields_set and not math.isclose(t.lr, lr, rel_tol=1e-9):
+                raise ValueError(f"train.lr {t.lr:g} is given beside train.lr_scaling (which sets {lr:g})")
+            t.lr = lr
+        if self.eval.every is not None:
+            if online is False:
+                raise ValueError("eval.every needs an online method (it counts rollouts)")
+            if online and self.eval.every > o.rollouts():
+                raise ValueError(
+                    f"eval.every {self.eval.every} is larger than the run's {o.rollouts()} rollouts "
+                    f"(online.prompts_per_batch x n x rounds)"
+                )
+        return self
 
     def identity(self) -> dict:
         """The config that identifies the run (everything but ``arm_keys``)."""
@@ -273,7 +369,7 @@ def format_validation_error(exc: ValidationError, where: str, model: type[BaseMo
         known = _known_keys(model, err["loc"][:-1])
         close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
         msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})")
-    return f"{where}: field {loc!r}: {msg}"
+    return f"{where}: field {loc!r}: {msg}" if loc else f"{where}: {msg}"
 
 
 def _known_keys(model: type[BaseModel], path) -> list[str]:
@@ -304,3 +400,14 @@ def micro_batches_per_rank(prompts_per_batch: int, batch_size: int, world: int, 
             f"{per_rank} prompts each rank gets per round (online.prompts_per_batch / world size)"
         )
     return per_rank // micro
+
+
+def _is_online(method: str) -> bool | None:
+    """Whether ``method`` trains on experience from the policy (None: not a known loss)."""
+    import losses
+
+    try:
+        spec = losses.get(method)
+    except losses.LossError:
+        return None
+    return spec.data == "online" or spec.generates_own_pairs

@@ -15,14 +15,27 @@ Axis names: ``scale`` (= ``model.name``), ``method``, ``seed``, ``lora`` (``on``
 
 Every cell records the axes with more than one value (other than scale, method and seed) in
 ``RunConfig.arm_keys``: runs that differ in one of them are different arms, never seeds of one.
+
+A **budget** (IsoCompute) fixes every online cell's sampling compute C = B_p · n · M:
+
+.. code-block:: yaml
+
+    budget: {rollouts: 8192, constraints: ["B <= 256", "B_p >= 4"]}
+    axes: {online.n: [2, 4, 8, 16], online.prompts_per_batch: [4, 16]}
+
+sets ``online.rounds`` = M = rollouts // (B_p · n) in each cell and leaves out the cells whose
+constraints fail. Constraints are arithmetic comparisons (parsed, never ``eval``-ed) over ``n``,
+``B_p``, ``M``, ``B`` (= B_p · n), ``C`` (= B · M) and any dotted setting (``train.batch_size``).
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import functools
 import itertools
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +51,19 @@ class GridError(ValueError):
     """A malformed grid; the message is one line naming the file and the field."""
 
 
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int  # C_max: every cell's B_p * n * M
+    constraints: list[str] = Field(default_factory=list)  # cells where one is false are left out
+
+
 class GridFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
     description: str = ""
+    budget: Budget | None = None
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -140,6 +161,11 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
             close = difflib.get_close_matches(str(m), sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise GridError(f"{where}: unknown method {m!r}{hint}")
+    checks = (
+        [Constraint(text, f"{where}: budget.constraints") for text in grid.budget.constraints]
+        if grid.budget
+        else []
+    )
     cells = []
     names = list(grid.axes)
     # the axes that tell one arm from another (scale, method and LoRA are always in an arm)
@@ -158,17 +184,128 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
         except (TypeError, ValueError) as exc:
             raise GridError(f"{where}: {exc}") from None
         raw["arm_keys"] = list(arm_keys)
+        over = _apply_budget(raw, grid.budget, f"{where} (cell {method}/{scale})") if grid.budget else None
         try:
             cfg = RunConfig(**raw)
         except ValidationError as exc:
             raise GridError(format_validation_error(exc, f"{where} (cell {method}/{scale})")) from None
+        if not all(c.holds(cfg) for c in checks):
+            continue
+        if over:
+            raise GridError(over)
         validate_cell(cfg, f"{where} (cell {method}/{scale})")
         cells.append(cfg)
+    if not cells:
+        raise GridError(f"{where}: budget.constraints leave no cell")
     ids = [c.run_id() for c in cells]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
     return cells
+
+
+def _apply_budget(raw: dict, budget: Budget, where: str) -> str | None:
+    """Set ``online.rounds`` so the cell spends ``budget.rollouts``. A budget below one batch sets one
+    round and returns the error, raised unless a constraint leaves the cell out."""
+    from oxbench.config import OnlineConfig
+
+    online = raw.setdefault("online", {})
+    if "rounds" in online or "steps" in online:
+        raise GridError(f"{where}: field 'online.rounds' is set by budget.rollouts; remove it")
+    defaults = OnlineConfig()
+    batch = online.get("prompts_per_batch", defaults.prompts_per_batch) * online.get("n", defaults.n)
+    online["rounds"] = max(1, budget.rollouts // batch)
+    if budget.rollouts < batch:
+        return (f"{where}: field 'budget.rollouts': {budget.rollouts} is smaller than one batch "
+                f"(online.prompts_per_batch x n = {batch})")  # fmt: skip
+    return None
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+        ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Lt: operator.lt, ast.LtE: operator.le,
+        ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne}  # fmt: skip
+_SHORT = {"n": "online.n", "B_p": "online.prompts_per_batch", "M": "online.rounds"}
+
+
+class Constraint:
+    """A budget constraint such as ``B_p * n <= 512``: parsed with :mod:`ast` into numbers, names,
+    arithmetic, comparisons and ``and``/``or``/``not``; anything else (calls, attributes of objects,
+    subscripts) is a :class:`GridError` naming the expression."""
+
+    def __init__(self, text: str, where: str):
+        self.text, self.where = text, where
+        try:
+            self.tree = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            raise GridError(f"{where}: cannot parse constraint {text!r}") from None
+        self._check(self.tree)
+
+    def _check(self, node) -> None:
+        allowed = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Name, ast.Constant, ast.Attribute,
+                   ast.And, ast.Or, ast.Not, ast.Load, *_OPS)  # fmt: skip
+        for sub in ast.walk(node):
+            if not isinstance(sub, allowed) or (
+                isinstance(sub, ast.Constant) and not isinstance(sub.value, int | float)
+            ):
+                raise GridError(
+                    f"{self.where}: constraint {self.text!r} may use only numbers, names and arithmetic"
+                )
+            if isinstance(sub, ast.Name | ast.Attribute) and self._path(sub) is None:
+                raise GridError(f"{self.where}: constraint {self.text!r}: unknown name {ast.unparse(sub)!r}")
+
+    @staticmethod
+    def _path(node) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        name = ".".join([node.id, *parts])
+        if name in ("B", "C") or name in _SHORT:
+            return name
+        return name if _lookup_path(RunConfig().model_dump(), _SHORT.get(name, name)) is not None else None
+
+    def holds(self, cfg: RunConfig) -> bool:
+        o = cfg.online
+        names = {"B": o.prompts_per_batch * o.n, "C": o.rollouts()}
+        dump = cfg.model_dump()
+
+        def value(node):
+            if isinstance(node, ast.Constant):
+                return node.value
+            if isinstance(node, ast.Name | ast.Attribute):
+                path = self._path(node)
+                return names[path] if path in names else _lookup_path(dump, _SHORT.get(path, path))
+            if isinstance(node, ast.UnaryOp):
+                return (
+                    (not value(node.operand))
+                    if isinstance(node.op, ast.Not)
+                    else _OPS[type(node.op)](value(node.operand))
+                )
+            if isinstance(node, ast.BinOp):
+                return _OPS[type(node.op)](value(node.left), value(node.right))
+            if isinstance(node, ast.BoolOp):
+                vals = [value(v) for v in node.values]
+                return all(vals) if isinstance(node.op, ast.And) else any(vals)
+            left = value(node.left)  # a Compare chain
+            for op, right in zip(node.ops, node.comparators):
+                right = value(right)
+                if not _OPS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+
+        return bool(value(self.tree))
+
+
+def _lookup_path(tree: dict, path: str):
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
 
 
 def validate_cell(cfg: RunConfig, where: str) -> None:

@@ -6,6 +6,7 @@ Works in a single process or under ``torchrun``/``deepspeed`` (every rank calls
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import traceback
@@ -15,14 +16,16 @@ import torch
 
 import losses
 from oxbench.config import RunConfig
-from oxbench.data import pipeline
+from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
+from oxbench.eval.curves import Curve
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.record import RunRecord
 from oxbench.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.tasks import load_task_split
+from oxbench.tasks.grading import is_correct
 from oxbench.utils import cache_root, content_hash, write_json_atomic, write_jsonl_atomic
 
 
@@ -50,7 +53,13 @@ def shared_key(cfg: RunConfig) -> str:
     }
     if needs_self_play(spec) and not spec.generates_own_pairs:
         parts |= {"data": cfg.data.hash_view(), "sampling": cfg.seeds()["sampling"]}
+    if cfg.data.subset is not None and is_online(spec):  # every subset of one pool shares its measurement
+        parts |= {"difficulty": difficulty.settings(cfg)}
     return content_hash(parts)
+
+
+def is_online(spec) -> bool:
+    return spec.data == "online" or spec.generates_own_pairs
 
 
 def shared_label(cfg: RunConfig) -> str:
@@ -113,6 +122,12 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
         model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
         _, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
         made.append(pipeline.self_play_path(stats["self_play_key"]))
+    if cfg.data.subset is not None and is_online(spec):
+        model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
+        difficulty.measure(
+            model, tok, online_prompts(cfg) + validation_pool(cfg), cfg, base_key, verbose=verbose
+        )
+        made.append(difficulty.difficulty_path(cfg, base_key))
     write_json_atomic(_prepared_marker(cfg), {"paths": [str(p) for p in made]})
 
 
@@ -136,9 +151,15 @@ def prepare_data(
     cfg: RunConfig, spec, model, tok, base_key: dict, *, verbose: bool
 ) -> tuple[list[dict], dict]:
     """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
-    if spec.data == "online" or spec.generates_own_pairs:  # prompts from the whole train split
-        prompts = load_task_split(cfg.task.model_dump(), "train", n=cfg.online.n_prompts, seed=0)
-        return prompts, {"prompts": len(prompts)}
+    if is_online(spec):  # prompts from the whole train split (or its subset by difficulty)
+        prompts = online_prompts(cfg)
+        if cfg.data.subset is None:
+            return prompts, {"prompts": len(prompts)}
+        correct = _difficulty(cfg, model, tok, base_key, verbose)
+        chosen = difficulty.select(prompts, correct, cfg.data.subset, cfg.data.difficulty_k)
+        hist = difficulty.histogram({r["id"]: correct[r["id"]] for r in prompts}, cfg.data.difficulty_k)
+        return chosen, {"prompts": len(chosen), "pool": len(prompts), "subset": cfg.data.subset,
+                        "pool_correct_histogram": hist}  # fmt: skip
     train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
     if not needs_self_play(spec):
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
@@ -164,6 +185,49 @@ def prepare_data(
         pairs
     )
     return rows, stats
+
+
+VALIDATION_POOL = 10  # with data.subset: validation candidates per validation problem kept
+
+
+def online_prompts(cfg: RunConfig) -> list[dict]:
+    """The online prompt pool: ``online.n_prompts`` of the train split, without the validation rows
+    (GSM8K's validation split is the end of its train file)."""
+    prompts = load_task_split(cfg.task.model_dump(), "train", n=cfg.online.n_prompts, seed=0)
+    if cfg.eval.every is None or cfg.task.name == "arith":  # arith's validation lies outside its pool
+        return prompts
+    held = {r["question"] for r in validation_pool(cfg)}
+    return [r for r in prompts if r["question"] not in held]
+
+
+def _n_validation(cfg: RunConfig) -> int:
+    return cfg.eval.n_val * (VALIDATION_POOL if cfg.data.subset is not None else 1)
+
+
+def validation_pool(cfg: RunConfig) -> list[dict]:
+    return load_task_split(cfg.task.model_dump(), "validation", n=_n_validation(cfg), seed=0)
+
+
+def validation_rows(cfg: RunConfig, correct: dict | None) -> list[dict]:
+    """The learning curve's problems: ``eval.n_val`` of the validation split, of the same subset as the
+    prompts when ``data.subset`` is set (picked from ``VALIDATION_POOL`` times as many candidates)."""
+    pool = validation_pool(cfg)
+    if correct is not None:
+        pool = difficulty.select(pool, correct, cfg.data.subset, cfg.data.difficulty_k)
+    return pool[: cfg.eval.n_val]
+
+
+def _difficulty(cfg: RunConfig, model, tok, base_key: dict, verbose: bool) -> dict:
+    rows = online_prompts(cfg) + validation_pool(cfg)
+    return _on_main_first(lambda: difficulty.measure(model, tok, rows, cfg, base_key, verbose=verbose))
+
+
+def _curve(cfg: RunConfig, model, tok, base_key: dict, d: Path) -> Curve | None:
+    if cfg.eval.every is None:
+        return None
+    correct = _difficulty(cfg, model, tok, base_key, False) if cfg.data.subset is not None else None
+    rows = validation_rows(cfg, correct)
+    return Curve(cfg, model, tok, rows, d / "curve.jsonl", seed=cfg.seeds()["eval"])
 
 
 def _one_line(exc: BaseException) -> str:
@@ -219,6 +283,9 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             if train is train_online
             else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}}
         )
+        if train is train_online:
+            kwargs = {"reward_fn": functools.partial(is_correct, mode=cfg.online.reward_grader),
+                      "curve": _curve(cfg, model, tok, base_key, d)}  # fmt: skip
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
         record.data_order_sha = res.data_order_sha
         record.optimizer_steps = res.optimizer_steps

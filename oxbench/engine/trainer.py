@@ -334,6 +334,7 @@ def train_online(
     run: str,
     logger=None,
     reward_fn=is_correct,
+    curve=None,
 ) -> tuple[object, TrainResult]:
     """The synchronous experience source plus the :class:`~oxbench.engine.learner.Learner`.
 
@@ -345,6 +346,9 @@ def train_online(
     SPIN-style methods (``pairs_from_iterate``) instead freeze an iterate for a whole iteration
     (``online.pair_refresh_every`` passes over the prompts): it samples every rejected answer of the
     iteration and is the reference; then the trained policy becomes the next iterate.
+
+    ``curve`` (a :class:`~oxbench.eval.curves.Curve`) takes learning-curve points between rounds, at 0
+    rollouts and every ``eval.every``; their time counts in neither gen_seconds nor train_seconds.
     """
     o, t, seeds, res = cfg.online, cfg.train, cfg.seeds(), TrainResult()
     start = time.time()
@@ -361,9 +365,12 @@ def train_online(
     sampler = make_sampler(len(prompts), seed=seeds["data"], rank=rk, world_size=ws)
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
     consumed, version = [], 0
+    weights = lambda: lm_state(full_state_dict(engine))  # noqa: E731
     engine.train()
     try:
         for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
+            if curve is not None:
+                curve.maybe(res.compute, weights, step=version)
             rows = _round_prompts(prompts, rnd, per_rank, sampler)
             consumed += [r["id"] for r in rows]
             gen_start = time.time()
@@ -404,6 +411,8 @@ def train_online(
                     extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative}
                     extra.update(policy_version=worker.version, elapsed=time.time() - start)
                     _log(res.history, logger, engine, version, micro_metrics, extra, gn)
+        if curve is not None:
+            curve.maybe(res.compute, weights, step=version, last=True)
     finally:
         worker.close()  # a vLLM server process ends with its loop
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])

@@ -48,40 +48,68 @@ def ood_rows(cfg: RunConfig) -> list[dict]:
     return load_task_split({**cfg.task.model_dump(), "name": "arith_ood"}, "test", n=cfg.eval.n_ood, seed=0)
 
 
+def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: str | None = None) -> dict:
+    """Greedy completions of ``rows`` and, per problem, strict, flexible and verified correctness."""
+    e, task = cfg.eval, cfg.task.model_dump()
+    greedy = [
+        o[0]
+        for o in generate(
+            model,
+            tokenizer,
+            [format_prompt(tokenizer, r["question"]) for r in rows],
+            max_new_tokens=e.max_new_tokens,
+            batch_size=e.batch_size,
+            progress_label=label and f"{label}: greedy, {len(rows)} problems",
+            backend=e.backend,
+        )
+    ]
+    strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
+    flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
+    working = [verify_working(task, c, r["answer"]) for c, r in zip(greedy, rows)]
+    verified = [None if w is None else bool(s and w) for s, w in zip(strict, working)]
+    return {
+        "completions": greedy,
+        "strict": strict,
+        "flexible": flexible,
+        "working": working,
+        "verified": verified,
+    }
+
+
+def greedy_metrics(g: dict) -> dict:
+    """Accuracies from :func:`greedy_outcomes` (verified ones None where working cannot be checked)."""
+    m = len(g["strict"])
+    checkable = all(v is not None for v in g["verified"])
+    return {
+        "accuracy": sum(g["strict"]) / m,
+        "accuracy_flexible": sum(g["flexible"]) / m,
+        "accuracy_verified": sum(g["verified"]) / m if checkable else None,
+        "accuracy_verified_flexible": (
+            sum(bool(f and w) for f, w in zip(g["flexible"], g["working"])) / m if checkable else None
+        ),
+    }
+
+
+def validation_metrics(model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed: int) -> dict:
+    """One learning-curve point on the validation ``rows``: greedy strict/flexible/verified accuracy,
+    avg/best/worst@k over every row, and each row's count of correct samples (``correct_counts``, for
+    paired tests over problems)."""
+    out = greedy_metrics(greedy_outcomes(model, tokenizer, rows, cfg))
+    if cfg.eval.k > 0:
+        out.update(sampled_metrics(model, tokenizer, rows, cfg, seed=seed, per_problem=True))
+    return out
+
+
 def evaluate(
     model, tokenizer, cfg: RunConfig, *, seed: int, label: str | None = None
 ) -> tuple[dict, list[dict]]:
     """(metrics, per-problem outcomes) for one trained model; ``label`` prints progress lines."""
     e = cfg.eval
     rows = test_rows(cfg)
-    prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
-    greedy = [
-        o[0]
-        for o in generate(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens=e.max_new_tokens,
-            batch_size=e.batch_size,
-            progress_label=label and f"{label}: greedy, {len(prompts)} problems",
-        )
-    ]
     task = cfg.task.model_dump()
-    strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
-    flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
-    working = [verify_working(task, c, r["answer"]) for c, r in zip(greedy, rows)]
-    verified = [None if w is None else bool(s and w) for s, w in zip(strict, working)]
-    checkable = all(v is not None for v in verified)
-    metrics = {
-        "accuracy": sum(strict) / len(rows),
-        "accuracy_flexible": sum(flexible) / len(rows),
-        "accuracy_verified": sum(verified) / len(rows) if checkable else None,
-        "accuracy_verified_flexible": (
-            sum(bool(f and w) for f, w in zip(flexible, working)) / len(rows) if checkable else None
-        ),
-        "chance": chance_accuracy(task, rows),
-        "n_test": len(rows),
-    }
+    g = greedy_outcomes(model, tokenizer, rows, cfg, label)
+    greedy, strict, flexible, verified = g["completions"], g["strict"], g["flexible"], g["verified"]
+    metrics = {**greedy_metrics(g), "chance": chance_accuracy(task, rows), "n_test": len(rows)}
     outcomes = [
         {
             "id": r["id"],
@@ -104,6 +132,7 @@ def evaluate(
                 max_new_tokens=e.max_new_tokens,
                 batch_size=e.batch_size,
                 progress_label=label and f"{label}: OOD, {len(ood)} problems",
+                backend=e.backend,
             )
         ]
         ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
@@ -128,7 +157,14 @@ def evaluate(
 
 
 def sampled_metrics(
-    model, tokenizer, rows: list[dict], cfg: RunConfig, *, seed: int, label: str | None = None
+    model,
+    tokenizer,
+    rows: list[dict],
+    cfg: RunConfig,
+    *,
+    seed: int,
+    label: str | None = None,
+    per_problem: bool = False,
 ) -> dict:
     e = cfg.eval
     n, k = max(e.n_samples, e.k), e.k
@@ -143,6 +179,7 @@ def sampled_metrics(
         batch_size=max(1, e.batch_size // n),
         generator_seed=seed,
         progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
+        backend=e.backend,
     )
     counts = [sum(is_correct(c, r["answer"]) for c in comps) for comps, r in zip(outs, rows)]
     m = len(rows)
@@ -152,4 +189,4 @@ def sampled_metrics(
         f"worst_at_{k}": sum(all_at_k(n, c, k) for c in counts) / m,
         "sampled_problems": m,
         "samples_per_problem": n,
-    }
+    } | ({"correct_counts": counts} if per_problem else {})

@@ -41,6 +41,9 @@ def load_task_split(
         from oxbench.tasks.errors import TaskError
         from oxbench.tasks.gsm8k import _looks_like_path, load_gsm8k
 
+        if split == "validation":  # the last n problems of the train file (online prompts exclude them)
+            rows = load_task_split(task, "train", local_only=local_only)
+            return [{**r, "id": f"validation-{r['id']}"} for r in rows[len(rows) - min(n or 0, len(rows)) :]]
         source = task.get("test_path") if split == "test" and task.get("test_path") else task["path"]
         if Path(source).is_file() and split == "test" and not task.get("test_path"):
             raise TaskError(f"task.path {source} is a single file: give task.test_path for the test split")

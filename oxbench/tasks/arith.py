@@ -7,6 +7,9 @@ the format of GSM8K's ``answer`` field, so the same grader scores both tasks.
 * Deterministic: the same (split, seed, knobs) always gives the same problems.
 * Train and test never overlap: a problem's split is decided by a hash of its content,
   not by the seed, so no seed can put a test problem into training data.
+* ``validation`` (learning curves) holds train-side problems outside the whole train pool
+  (the first :data:`POOL_SIZE` train problems, which every prompt set and SFT set is a prefix of),
+  so it is disjoint from any RL prompts and from the test split.
 * Difficulty knobs: ``n_ops`` (operations per problem) and ``max_operand``.
 * ``variant="ood"`` is an out-of-distribution version: another story template and
   wording ("A shelf holds ...", "are added", "are removed"), with the same arithmetic and
@@ -100,8 +103,12 @@ def generate(
     """
     whole = n is None
     n = POOL_SIZE if whole else n
-    if split not in ("train", "test"):
-        raise ValueError(f"arith: split must be 'train' or 'test', got {split!r}")
+    if split not in ("train", "test", "validation"):
+        raise ValueError(f"arith: split must be 'train', 'test' or 'validation', got {split!r}")
+    held = set()  # validation: the whole train pool's problems are excluded
+    if split == "validation":
+        pool = generate("train", None, seed=seed, n_ops=n_ops, max_operand=max_operand, variant=variant)
+        held = {r["answer"] for r in pool}
     if variant not in ("id", "ood"):
         raise ValueError(f"arith: variant must be 'id' or 'ood', got {variant!r}")
     if n_ops < 1 or max_operand < 2:
@@ -121,11 +128,13 @@ def generate(
             )
         start, ops = _draw(rng, actual_steps, max_operand)
         key = f"{start}|" + "|".join(f"{op}{b}" for op, b in ops)
-        if (distinct and key in seen) or _split_of(key) != split:
+        if (distinct and key in seen) or _split_of(key) != ("train" if split == "validation" else split):
+            continue
+        answer, _ = _working(start, ops)
+        if answer in held:
             continue
         seen.add(key)
         since_new = 0
-        answer, _ = _working(start, ops)
         out.append(
             {
                 "question": story(rng, start, ops),

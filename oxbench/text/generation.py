@@ -57,12 +57,21 @@ def generate(
     generator_seed: int | None = None,
     top_p: float = 1.0,
     progress_label: str | None = None,
+    backend: str = "hf",
 ) -> list[list[str]]:
     """Completions for every prompt: ``out[i]`` has ``num_return_sequences`` strings.
 
     ``temperature == 0`` is greedy. Sampling is seeded by ``generator_seed`` (see :func:`_batches`).
+    ``backend="lean"`` decodes with :class:`oxbench.text.decode.LeanDecoder` (greedy ids equal HF's;
+    samples follow the same distribution from another random stream).
     """
     n = num_return_sequences
+    if backend == "lean":
+        samples = sample(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                         num_return_sequences=n, batch_size=batch_size, generator_seed=generator_seed or 0,
+                         top_p=top_p, backend="lean")  # fmt: skip
+        return [tokenizer.batch_decode([s.completion_ids for s in group], skip_special_tokens=True)
+                for group in samples]  # fmt: skip
     kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
     results: list[list[str]] = []
     for enc in _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, progress_label):
