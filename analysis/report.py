@@ -281,6 +281,7 @@ def _context(data: _Data, requested: str, metric: str, correction: str, alpha: f
         "counts": Counter(r["status"] for r in data.records),
         "failed": _failed_table(data),
         "provenance": _provenance(data.records),
+        "isocompute": _isocompute_section(data.root),
     }
     if baseline is not None:
         ctx.update(_results(data, baseline, metric, correction, alpha))
@@ -1020,6 +1021,89 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
+    """Tables and figures of :mod:`analysis.isocompute_report` when the runs have learning curves."""
+    from analysis import isocompute_report as isor
+    from analysis.isocompute import load_curves
+
+    curves = load_curves(root)
+    if curves.empty:
+        return None
+    res = isor.analyse(curves, n_boot=n_boot)
+    tables, errors = [], []
+    for subset, r in res["subsets"].items():
+        if "fit_error" in r:
+            errors.append(f"{subset}: no sigmoid fit ({r['fit_error']})")
+            continue
+        tables.append({"caption": f"{subset}: per-n sigmoid fits", "table": _fits_table(subset, r["fits"])})
+        tables.append({"caption": f"{subset}: n*(C) fit", "table": _n_star_table(subset, r)})
+    tables.append({"caption": "At matched compute: variance shares and paired tests over problems",
+                   "table": _matched_table(res)})  # fmt: skip
+    figures = [(caption, Markup(svg)) for caption, svg in isor.figures(curves, res, root / "figures")]
+    return {"metric": res["metric"], "runs": int(curves["run_id"].nunique()), "boot": n_boot,
+            "tables": tables, "figures": figures, "errors": errors}  # fmt: skip
+
+
+def _fits_table(subset: str, fits: pd.DataFrame) -> Table:
+    t = Table(f"iso-fits-{subset}", [Column("n", "number"), Column("lo", "number"), Column("hi", "number"),
+              Column("C_mid", "number"), Column("slope", "number"), Column("rmse", "number")])  # fmt: skip
+    for r in fits.itertuples():
+        vals = (r.lo, r.hi, math.exp(r.mid), r.slope, r.rmse)
+        t.rows.append([Cell(str(r.n), _key(r.n))] + [Cell(f"{v:.3g}", _key(v)) for v in vals])
+    return t
+
+
+def _n_star_table(subset: str, r: dict) -> Table:
+    t = Table(
+        f"iso-nstar-{subset}", [Column("parameter"), Column("fit", "number"), Column("95% interval", "none")]
+    )
+    fit, ci = r["n_star"]["fit"], r["n_star"]["ci"]
+    for key in ("n_lo", "n_hi", "C_mid", "slope"):
+        interval = ci.get(key)
+        t.rows.append([Cell(key), Cell(f"{fit[key]:.3g}", _key(fit[key])),
+                       Cell(f"[{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "—")])  # fmt: skip
+    t.rows.append(
+        [
+            Cell("replicates (failed)"),
+            Cell(f"{r['n_star']['replicates']} ({r['n_star']['failed']})"),
+            Cell(""),
+        ]
+    )
+    return t
+
+
+def _matched_table(res: dict) -> Table:
+    cols = [
+        "subset",
+        "C",
+        "runs",
+        "η² n",
+        "η² B_p",
+        "residual",
+        "test",
+        "n_a → n_b",
+        "a",
+        "b",
+        "Δ",
+        "p",
+        "wins b/a",
+    ]
+    t = Table("iso-matched", [Column(c, "number" if c in ("C", "runs", "Δ", "p") else "text") for c in cols])
+    for subset, r in res["subsets"].items():
+        share = r["share"] or {}
+        head = [
+            subset,
+            f"{r['c_match']:,.0f}",
+            str(r["runs"]),
+            *(f"{share.get(f, math.nan):.2f}" for f in ("n", "B_p", "residual")),
+        ]
+        for p in r.get("paired") or [{}]:
+            tail = ([f"{p['kind']}@{res['k']}", f"{p['n_a']} → {p['n_b']}", f"{p['a']:.3f}", f"{p['b']:.3f}",
+                     f"{p['delta']:+.3f}", f"{p['p']:.2g}", f"{p['b_wins']}/{p['a_wins']}"] if p else ["—"] * 7)  # fmt: skip
+            t.rows.append([Cell(v) for v in head + tail])
+    return t
 
 
 def _render(ctx: dict) -> str:

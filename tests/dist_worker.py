@@ -1,11 +1,17 @@
 """Train a few steps and save the flattened parameters (run by test_distributed.py, under torchrun or not).
 
 usage: dist_worker.py MODEL_DIR METHOD ZERO_STAGE BATCH GRAD_ACCUM STEPS OUT.pt
+
+With ``CURVE_EVERY`` set, an online run also takes learning-curve points every that many rollouts; each
+point's "metrics" are the evaluated weights' checksum (the sum of their absolute values), so that what
+the curve evaluated can be compared across ZeRO stages and ranks.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import torch
 from helpers import cfg_for, length_parity_reward, rows_for
@@ -32,6 +38,16 @@ def main(model_dir, method, zero, batch, accum, steps, out):
         update={"online": cfg.online.model_copy(update={"rounds": int(steps), "prompts_per_batch": 4})}
     )
     model, tok = load_model(model_dir, cfg, init_seed=0)
+    curve = None
+    if os.environ.get("CURVE_EVERY"):
+        from oxbench.eval import curves
+
+        def checksum(model, *args, **kwargs):
+            return {"checksum": float(sum(p.detach().abs().sum() for p in model.parameters()))}
+
+        curves.validation_metrics = checksum
+        cfg.eval.every = int(os.environ["CURVE_EVERY"])
+        curve = curves.Curve(cfg, model, tok, [], Path(out).with_suffix(".curve.jsonl"), seed=0)
     if spec.data == "online":
         engine, res = train_online(
             cfg,
@@ -42,6 +58,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
             rows_for("online", 8),
             run=method,
             reward_fn=length_parity_reward,
+            curve=curve,
         )
     else:
         engine, res = train_offline(

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 
 
-def run_worker(tmp_path, model_dir, method, zero, batch, accum, steps, nproc=1) -> dict:
+def run_worker(tmp_path, model_dir, method, zero, batch, accum, steps, nproc=1, env_extra=None) -> dict:
     out = tmp_path / f"{method}-z{zero}-b{batch}-a{accum}-n{nproc}.pt"
     args = [
         str(HERE / "dist_worker.py"),
@@ -47,6 +47,7 @@ def run_worker(tmp_path, model_dir, method, zero, batch, accum, steps, nproc=1) 
         **os.environ,
         "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "OMP_NUM_THREADS": "1",
+        **(env_extra or {}),
     }
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
@@ -79,6 +80,34 @@ def test_online_loop_at_world_size_2_zero2(tmp_path, micro_model_dir):
     res = run_worker(tmp_path, micro_model_dir, "sgrpo", 2, 4, 1, 2, nproc=2)
     assert res["steps"] == 2 and res["world"] == 2
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res["history"])
+
+
+def curve_rows(tmp_path, model_dir, zero, nproc) -> list[dict]:
+    out = run_worker(
+        tmp_path, model_dir, "sgrpo", zero, 4, 1, 2, nproc=nproc, env_extra={"CURVE_EVERY": "16"}
+    )
+    assert out["world"] == nproc
+    path = tmp_path / f"sgrpo-z{zero}-b4-a1-n{nproc}.curve.jsonl"
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_learning_curve_under_zero_stages_and_ranks(tmp_path, micro_model_dir):
+    """eval.every = 16 rollouts, 2 rounds of 4 prompts x 4: points at 0, 16 and 32 rollouts. The weights
+    a point evaluates are gathered from every rank (collectively under ZeRO-3): at world size 1, ZeRO-3
+    evaluates the very weights ZeRO-0 does; at world size 2 (ZeRO-3) the points fall at the same
+    compute, counted over both ranks, and the base point sees the same weights."""
+    z0 = curve_rows(tmp_path, micro_model_dir, 0, 1)
+    z3 = curve_rows(tmp_path, micro_model_dir, 3, 1)
+    two = curve_rows(tmp_path, micro_model_dir, 3, 2)
+    for rows in (z0, z3, two):
+        assert [r["rollouts"] for r in rows] == [0, 16, 32] and [r["step"] for r in rows] == [0, 1, 2]
+    for a, b in zip(z0, z3):
+        assert abs(a["checksum"] - b["checksum"]) <= 1e-4 * abs(a["checksum"])
+        assert a["generated_tokens"] == b["generated_tokens"]
+    assert z0[1]["checksum"] != z0[0]["checksum"]  # the policy moved between points
+    assert two[0]["checksum"] == z0[0]["checksum"]
 
 
 def test_deepspeed_builds_no_shm_op(tmp_path):
