@@ -208,6 +208,7 @@ class TrainConfig(Strict):
     grad_accum: int = 1  # offline only: online, one rollout batch is one optimiser step
     lr: float = 1e-6
     warmup_ratio: float = 0.1
+    warmup_steps: int | None = added(None)  # a fixed warm-up in optimiser steps (overrides warmup_ratio)
     schedule: Literal["cosine", "constant"] = "cosine"  # after warm-up: cosine to min_lr_ratio, or flat
     min_lr_ratio: float = 0.0
     weight_decay: float = 0.0

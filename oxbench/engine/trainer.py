@@ -97,9 +97,12 @@ class PolicyWithValue(nn.Module):
         return self.lm.device
 
 
-def warmup_cosine(total: int, warmup_ratio: float, min_ratio: float = 0.0, *, constant: bool = False):
-    """Linear warm-up, then cosine decay to ``min_ratio`` (or a flat 1 with ``constant``)."""
-    warmup = int(round(total * warmup_ratio))
+def warmup_cosine(
+    total: int, warmup_ratio: float, min_ratio: float = 0.0, *, constant: bool = False, warmup_steps: int | None = None
+):
+    """Linear warm-up (``warmup_steps``, else ``warmup_ratio`` of ``total``), then cosine decay to
+    ``min_ratio`` (or a flat 1 with ``constant``)."""
+    warmup = int(round(total * warmup_ratio)) if warmup_steps is None else warmup_steps
 
     def f(step: int) -> float:
         if step < warmup:
@@ -122,7 +125,10 @@ def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None
     # foreach: one kernel per op over all tensors, bitwise the per-parameter loop's result
     opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999), foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, warmup_cosine(total_steps, t.warmup_ratio, t.min_lr_ratio, constant=t.schedule == "constant")
+        opt,
+        warmup_cosine(
+            total_steps, t.warmup_ratio, t.min_lr_ratio, constant=t.schedule == "constant", warmup_steps=t.warmup_steps
+        ),
     )
     ds_config = {
         "train_micro_batch_size_per_gpu": t.batch_size,
