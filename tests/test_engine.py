@@ -141,3 +141,21 @@ def test_the_online_compute_ledger_counts_every_rollout_and_token(micro_model_di
         and cum[-1] == c["trained_tokens"]
         and res.history[-1]["cum_rollouts"] == c["rollouts"]
     )
+
+
+def test_the_offline_compute_ledger_counts_trained_tokens(micro_model_dir):
+    """Offline, the ledger counts the tokens each optimiser step trains on (every role of every example:
+    chosen and rejected for pairs) and the step's seconds; rollouts and generated tokens stay 0 (the
+    self-play samples are shared preparation, counted in the record's data statistics)."""
+    from oxbench.engine.batches import encode_examples
+
+    _, res, _ = train("dpo", micro_model_dir, max_steps=2, grad_accum=2)  # 16 pairs: 2 steps of 4 x 2
+    tok = load_model(micro_model_dir, cfg_for(micro_model_dir, "dpo"), init_seed=0)[1]
+    examples = encode_examples("pairs", rows_for("pairs"), tok, 128)
+    per_example = sorted(len(e["chosen"][0]) + len(e["rejected"][0]) for e in examples)
+    steps = [h["trained_tokens"] for h in res.history]
+    assert len(steps) == 2 and all(
+        sum(per_example[:8]) <= s <= sum(per_example[-8:]) for s in steps
+    )  # 4 x 2 pairs
+    assert res.compute["trained_tokens"] == sum(steps) == res.history[-1]["cum_trained_tokens"]
+    assert res.history[-1]["cum_rollouts"] == 0 and res.compute["train_seconds"] > 0

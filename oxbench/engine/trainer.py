@@ -45,7 +45,9 @@ class TrainResult:
     data_stats: dict = field(default_factory=dict)
     seconds: float = 0.0
     loss_state: dict | None = None  # the loss's carried state at the end (stateful specs)
-    compute: dict = field(default_factory=dict)  # online: the compute ledger's totals (LEDGER keys)
+    compute: dict = field(
+        default_factory=dict
+    )  # the compute ledger's totals (LEDGER keys; offline: trained only)
 
 
 LEDGER = ("rollouts", "generated_tokens", "trained_tokens", "gen_seconds", "train_seconds")
@@ -98,7 +100,12 @@ class PolicyWithValue(nn.Module):
 
 
 def warmup_cosine(
-    total: int, warmup_ratio: float, min_ratio: float = 0.0, *, constant: bool = False, warmup_steps: int | None = None
+    total: int,
+    warmup_ratio: float,
+    min_ratio: float = 0.0,
+    *,
+    constant: bool = False,
+    warmup_steps: int | None = None,
 ):
     """Linear warm-up (``warmup_steps``, else ``warmup_ratio`` of ``total``), then cosine decay to
     ``min_ratio`` (or a flat 1 with ``constant``)."""
@@ -127,7 +134,11 @@ def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
         warmup_cosine(
-            total_steps, t.warmup_ratio, t.min_lr_ratio, constant=t.schedule == "constant", warmup_steps=t.warmup_steps
+            total_steps,
+            t.warmup_ratio,
+            t.min_lr_ratio,
+            constant=t.schedule == "constant",
+            warmup_steps=t.warmup_steps,
         ),
     )
     ds_config = {
@@ -236,9 +247,10 @@ def train_offline(
         )
     state = LossState(spec)
     engine.train()
-    step, micro_metrics = 0, []
+    step, micro_metrics, tokens, step_start = 0, [], 0, time.time()
     for i, (epoch, mb) in enumerate(progress(micro, f"{run}: train (micro-batches)", enabled=D.is_main())):
         chunk = [examples[j] for j in mb]
+        tokens += sum(len(ex[role][0]) for ex in chunk for role in ROLES[spec.data])
         inputs = build_offline_inputs(
             spec.data,
             engine,
@@ -262,17 +274,15 @@ def train_offline(
         if boundary:
             step += 1
             state.commit()
+            ledger = {
+                "trained_tokens": sum(D.all_gather_objects(tokens)),
+                "train_seconds": time.time() - step_start,
+            }
+            cumulative = _add(res.compute, **ledger)
             if step % t.log_every == 0 or step == n_steps:
-                _log(
-                    res.history,
-                    logger,
-                    engine,
-                    step,
-                    micro_metrics,
-                    {"epoch": epoch, "elapsed": time.time() - start},
-                    gn,
-                )
-            micro_metrics = []
+                extra = {"epoch": epoch, "elapsed": time.time() - start, **ledger, **cumulative}
+                _log(res.history, logger, engine, step, micro_metrics, extra, gn)
+            micro_metrics, tokens, step_start = [], 0, time.time()
             _maybe_update_reference(spec, hparams, live_ref, engine, step)
     res.optimizer_steps, res.seconds = step, time.time() - start
     res.loss_state = state.as_dict()
