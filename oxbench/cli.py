@@ -226,8 +226,8 @@ def run(
             f"[red]failed[/red] {r.get('run_id')}: {r.get('error')}", highlight=False, soft_wrap=True
         )
     del counts
-    if failed:
-        raise typer.Exit(1)
+    if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
+        raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
 
 
 def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):
@@ -302,7 +302,12 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
     if main:
         out_console.print(summary_table([rec], f"{cfg.run_id()}"))
     if rec["status"] != "finished":
-        fail(f"run {rec['run_id']} failed: {rec['error']}", code=1)
+        fail(f"run {rec['run_id']} failed: {rec['error']}", code=2 if _bad_input(rec["error"]) else 1)
+
+
+def _bad_input(error: str | None) -> bool:
+    """A cell error that is bad input (exit 2), not a failure of training (exit 1)."""
+    return (error or "").startswith("SubsetError:")
 
 
 @app.command("losses")

@@ -261,3 +261,26 @@ def test_warmup_steps_fix_the_warmup_whatever_the_run_length():
     for total in (100, 1000):
         f = warmup_cosine(total, 0.5, constant=True, warmup_steps=10)
         assert f(9) == pytest.approx(10 / 11) and f(10) == 1.0 and f(total - 1) == 1.0
+
+
+def test_an_empty_subset_exits_2_and_a_training_failure_exits_1(tmp_path, monkeypatch):
+    """Whether data.subset selects anything is known once the base's difficulty is measured; the
+    cell then fails in one line naming the key, and the command exits 2 (bad input), not 1."""
+    from typer.testing import CliRunner
+
+    import oxbench.runner
+    from oxbench.cli import app
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("method: sgrpo\ndata: {subset: easy}\n")
+    for error, code in (
+        ("SubsetError: data.subset 'easy' selects no problems of 3", 2),
+        ("NonFiniteLoss: nan", 1),
+    ):
+        monkeypatch.setattr(
+            oxbench.runner,
+            "run_cell",
+            lambda c, out, e=error: {"run_id": "r", "status": "failed", "error": e},
+        )
+        res = CliRunner().invoke(app, ["run", "--config", str(cfg), "--out", str(tmp_path)])
+        assert res.exit_code == code, res.output
