@@ -233,11 +233,30 @@ class OnlineConfig(Strict):
     # Python named by OXBENCH_VLLM_PYTHON; see oxbench/engine/vllm_client.py)
     backend: Literal["hf", "lean", "vllm"] = added("hf")
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
+    # where rollouts come from (oxbench/engine/sources.py): sync (the trainer's weights every sync_every
+    # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)
+    source: Literal["sync", "delayed"] = added("sync")
+    staleness: int = added(0)  # S, for source delayed
     temperature: float = 1.0
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
     n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
     reward_grader: Literal["strict", "flexible"] = added("strict")  # the grader that scores rollouts
+
+    @field_validator("staleness")
+    @classmethod
+    def _staleness(cls, v):
+        if v < 0:
+            raise ValueError(f"staleness S must be >= 0, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _delayed(self):
+        if self.source == "delayed" and self.sync_every != 1:
+            raise ValueError("online.source 'delayed' sets the lag itself (staleness); leave sync_every at 1")
+        if self.source == "sync" and self.staleness:
+            raise ValueError("online.staleness needs online.source 'delayed'")
+        return self
 
     def rollouts(self) -> int:
         """C = B_p * n * M: the run's sampling compute, in rollouts."""

@@ -319,6 +319,10 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         spec.resolve_hparams(cfg.loss)
         if spec.data == "online" or spec.generates_own_pairs:
             micro_batches_per_rank(cfg.online.prompts_per_batch, cfg.train.batch_size, 1, cfg.method)
+            if cfg.online.source == "delayed" and spec.pairs_from_iterate:
+                raise ValueError(
+                    f"online.source 'delayed' cannot serve {cfg.method}: its iterate is frozen for a whole iteration"
+                )
             if cfg.online.backend != "hf" and cfg.model.lora.enabled:
                 raise ValueError(
                     f"online.backend '{cfg.online.backend}' samples plain weights, not a LoRA model"
@@ -334,7 +338,9 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
     except (losses.LossError, ModelError, TaskError) as exc:
         raise GridError(f"{where}: {exc}") from None
     except ValueError as exc:  # online micro-batches, or knobs allowing too few distinct problems
-        field = next((f for f in ("train.batch_size", "online.backend") if f in str(exc)), "task")
+        field = next(
+            (f for f in ("train.batch_size", "online.backend", "online.source") if f in str(exc)), "task"
+        )
         raise GridError(f"{where}: field '{field}': {exc}") from None
 
 

@@ -18,6 +18,7 @@ state (:class:`~oxbench.engine.learner.LossState`).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
 from oxbench.engine.learner import Learner, LossState, check_finite, grad_norm
 from oxbench.engine.reference import LiveReference, RefCache
 from oxbench.engine.rollout import RolloutWorker
+from oxbench.engine.sources import make_source
 from oxbench.tasks.grading import is_correct
 from oxbench.utils import progress
 
@@ -352,12 +354,14 @@ def train_online(
     reward_fn=is_correct,
     curve=None,
 ) -> tuple[object, TrainResult]:
-    """The synchronous experience source plus the :class:`~oxbench.engine.learner.Learner`.
+    """An experience source (:mod:`oxbench.engine.sources`) plus the
+    :class:`~oxbench.engine.learner.Learner`.
 
     Each round samples ``n`` rollouts for each of ``B_p`` prompts with the rollout worker's weights
-    (copied from the trainer every ``online.sync_every`` rounds; every rollout carries the version
-    that made it), scores them with ``reward_fn(completion, reference_answer)`` (default: the strict
-    grader), and the learner takes ``inner_epochs`` optimiser steps on them.
+    (which ones is the source's choice: the trainer's every ``online.sync_every`` rounds, or those of
+    S versions ago; every rollout carries the version that made it), scores them with
+    ``reward_fn(completion, reference_answer)`` (default: the strict grader), and the learner takes
+    ``inner_epochs`` optimiser steps on them.
 
     SPIN-style methods (``pairs_from_iterate``) instead freeze an iterate for a whole iteration
     (``online.pair_refresh_every`` passes over the prompts): it samples every rejected answer of the
@@ -382,6 +386,7 @@ def train_online(
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
     consumed, version = [], 0
     weights = lambda: lm_state(full_state_dict(engine))  # noqa: E731
+    source = make_source(cfg, worker, per_iteration, live_ref)
     engine.train()
     try:
         for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
@@ -390,15 +395,8 @@ def train_online(
             rows = _round_prompts(prompts, rnd, per_rank, sampler)
             consumed += [r["id"] for r in rows]
             gen_start = time.time()
-            if per_iteration is not None:
-                if rnd % per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
-                    weights = lm_state(full_state_dict(engine))
-                    worker.sync(weights, version)
-                    if rnd > 0:
-                        live_ref.refresh(weights, 1.0)
-            elif rnd % o.sync_every == 0:
-                worker.sync(lm_state(full_state_dict(engine)), version)
-            experience = worker.rollouts(
+            sample = functools.partial(
+                worker.rollouts,
                 rows,
                 n=o.n,
                 temperature=o.temperature,
@@ -407,6 +405,7 @@ def train_online(
                 reward_fn=reward_fn,
                 group_offset=rk * per_rank,
             )
+            experience = source.batch(rnd, version, weights, sample)
             rewards = torch.tensor([r.reward for r in experience])
             stats = rollout_stats(experience, ws)
             train_start = time.time()
@@ -418,6 +417,7 @@ def train_online(
             for _ in range(o.inner_epochs):
                 micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
                 version += 1
+                source.after_update(version, weights)
                 _maybe_update_reference(spec, hparams, live_ref, engine, version)
                 stats["train_seconds"], train_start = time.time() - train_start, time.time()
                 cumulative = _add(

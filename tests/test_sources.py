@@ -1,0 +1,73 @@
+"""Experience sources (issue 15): sync is the loop as it was; delayed lags by exactly S versions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import cfg_for, length_parity_reward, rows_for
+from pydantic import ValidationError
+
+import losses
+from oxbench.config import RunConfig
+from oxbench.engine import distributed as D
+from oxbench.engine.trainer import full_state_dict, train_online
+from oxbench.models.loading import load_model
+
+pytestmark = pytest.mark.slow
+
+
+def run(model_dir, monkeypatch, **online):
+    """Five rounds of sgrpo on the micro model; returns the final weights, the versions each round's
+    rollouts carry, and a checksum of the weights each round sampled with."""
+    import oxbench.engine.trainer as tr
+
+    D.init_distributed()
+    spec = losses.get("sgrpo")
+    cfg = cfg_for(model_dir, "sgrpo", max_steps=None)
+    cfg = cfg.model_copy(update={"online": cfg.online.model_copy(update={"rounds": 5, **online})})
+    model, tok = load_model(model_dir, cfg, init_seed=0)
+    versions, sampled_with = [], []
+    real = tr.RolloutWorker.rollouts
+
+    def spy(self, *a, **k):
+        out = real(self, *a, **k)
+        versions.append(sorted({r.policy_version for r in out}))
+        sampled_with.append(float(sum(p.double().sum() for p in self.model.state_dict().values())))
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(tr.RolloutWorker, "rollouts", spy)
+        engine, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run="src",
+                                   reward_fn=length_parity_reward)  # fmt: skip
+    return full_state_dict(engine), versions, sampled_with, res
+
+
+def test_delayed_at_s0_is_the_sync_loop_bit_for_bit(micro_model_dir, monkeypatch):
+    sync, v_sync, w_sync, _ = run(micro_model_dir, monkeypatch)
+    delayed, v_del, w_del, _ = run(micro_model_dir, monkeypatch, source="delayed", staleness=0)
+    assert v_sync == v_del == [[0], [1], [2], [3], [4]] and w_sync == w_del
+    assert all(torch.equal(sync[k], delayed[k]) for k in sync)
+
+
+def test_delayed_lags_by_exactly_s(micro_model_dir, monkeypatch):
+    """S = 2: at learner versions 0..4 the rollouts come from versions 0, 0, 0, 1, 2, sampled with the
+    very weights the on-policy run had at those versions (same checksums), and the loss sees
+    staleness 0, 1, 2, 2, 2."""
+    _, _, w_sync, _ = run(micro_model_dir, monkeypatch)
+    _, versions, sampled_with, res = run(micro_model_dir, monkeypatch, source="delayed", staleness=2)
+    assert versions == [[0], [0], [0], [1], [2]]
+    assert sampled_with[:3] == [w_sync[0]] * 3
+    assert [h["staleness_max"] for h in res.history] == [0, 1, 2, 2, 2]
+
+
+def test_source_bad_input():
+    with pytest.raises(ValidationError, match="staleness S must be >= 0"):
+        RunConfig(method="sgrpo", online={"source": "delayed", "staleness": -1})
+    with pytest.raises(ValidationError, match="needs online.source 'delayed'"):
+        RunConfig(method="sgrpo", online={"staleness": 2})
+    with pytest.raises(ValidationError, match="leave sync_every at 1"):
+        RunConfig(method="sgrpo", online={"source": "delayed", "staleness": 2, "sync_every": 4})
+    from oxbench.grid import GridError, validate_cell
+
+    with pytest.raises(GridError, match="online.source"):
+        validate_cell(RunConfig(method="spin", online={"source": "delayed", "staleness": 1}), "g")
