@@ -237,6 +237,9 @@ class OnlineConfig(Strict):
     # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)
     source: Literal["sync", "delayed"] = added("sync")
     staleness: int = added(0)  # S, for source delayed
+    is_cap: float = added(
+        2.0
+    )  # the diagnostics' importance-weight cap: is_truncated = share of tokens above it
     temperature: float = 1.0
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs

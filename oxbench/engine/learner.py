@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from losses import LossInputs, LossSpec
+from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
 from oxbench.engine.rollout import Rollout, collate_rollouts
@@ -111,6 +112,9 @@ class Learner:
     micro_batches: int  # per rank
     run: str
     state: LossState = None
+    is_cap: float = 2.0  # the importance weight above which the diagnostics count a token as truncated
+    diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
+    _prev_grad: torch.Tensor | None = None
 
     def __post_init__(self):
         self.state = self.state or LossState(self.spec)
@@ -185,21 +189,46 @@ class Learner:
     def update(self, prep: Prepared, version: int, progress: float) -> tuple[list[dict], float | None]:
         """One optimiser step over the prepared batch. Returns the micro-batches' metrics and the
         gradient norm (before clipping)."""
-        metrics, norm = [], None
+        metrics, norm, sums = [], None, []
         for m in range(self.micro_batches):
-            inputs, diag, tied = self._inputs(prep, m, version)
+            inputs, extra, tied = self._inputs(prep, m, version)
             inputs.progress, inputs.state = progress, self.state.value
             out = self.spec.fn(inputs, **self.hparams)
             check_finite(out, self.run, version)
             self.engine.backward(out.loss * 0.0 if tied else out.loss)
+            if not self.spec.generates_own_pairs:
+                sums.append(
+                    diag.weight_sums(inputs.token_logps, inputs.old_token_logps, inputs.mask, self.is_cap)
+                )
             if m == self.micro_batches - 1:
                 norm = grad_norm(self.engine)
+                self.diagnostics = self._diagnose(sums, prep, version)
             self.engine.step()
             if not tied:
                 self.state.offer(out.state)
-            metrics.append(diag if tied else {"loss": out.loss.item(), **out.metrics, **diag})
+            metrics.append(extra if tied else {"loss": out.loss.item(), **out.metrics, **extra})
         self.state.commit()
         return metrics, norm
+
+    def _diagnose(self, sums: list[dict], prep: Prepared, version: int) -> dict:
+        """The batch's off-policy diagnostics (:mod:`oxbench.engine.diagnostics`), gathered over ranks,
+        and the cosine of this step's gradient with the previous one's (ZeRO-0, where it is whole)."""
+        if self.spec.generates_own_pairs:
+            return {}
+        lags = [version - r.policy_version for part in prep.parts for r in part]
+        ranks = D.all_gather_objects({"sums": sums, "lags": lags})
+        out = diag.combine([s for r in ranks for s in r["sums"]])
+        out["staleness_hist"] = diag.staleness_histogram([lag for r in ranks for lag in r["lags"]])
+        if self.engine.zero_optimization_stage() == 0:
+            grads = [
+                p.grad.detach().flatten().float()
+                for p in self.engine.module.parameters()
+                if p.grad is not None
+            ]
+            grad = torch.cat(grads) if grads else None
+            out["grad_cosine"] = diag.cosine(grad, self._prev_grad)
+            self._prev_grad = grad.clone() if grad is not None else None
+        return out
 
     def _inputs(self, prep: Prepared, m: int, version: int) -> tuple[LossInputs, dict, bool]:
         """(LossInputs, diagnostics, tied) for micro-batch ``m``."""

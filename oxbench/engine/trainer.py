@@ -380,7 +380,16 @@ def train_online(
     n_updates = o.rounds * o.inner_epochs
     engine = build_engine(model, cfg, n_updates, grad_accum=micro)
     learner = Learner(
-        spec, hparams, engine, tokenizer, live_ref, worker.max_len, o.max_new_tokens, micro, run
+        spec,
+        hparams,
+        engine,
+        tokenizer,
+        live_ref,
+        worker.max_len,
+        o.max_new_tokens,
+        micro,
+        run,
+        is_cap=o.is_cap,
     )
     sampler = make_sampler(len(prompts), seed=seeds["data"], rank=rk, world_size=ws)
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
@@ -424,7 +433,8 @@ def train_online(
                     res.compute, trained_tokens=stats["trained_tokens"], train_seconds=stats["train_seconds"]
                 )
                 if version % t.log_every == 0 or rnd == o.rounds - 1:
-                    extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative}
+                    extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative,
+                             **learner.diagnostics, "rollouts_per_s": stats["rollouts"] / max(1e-9, time.time() - gen_start)}  # fmt: skip
                     extra.update(policy_version=worker.version, elapsed=time.time() - start)
                     _log(res.history, logger, engine, version, micro_metrics, extra, gn)
         if curve is not None:

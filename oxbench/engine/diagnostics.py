@@ -1,0 +1,81 @@
+"""Per-batch off-policy diagnostics, for every online method (issue 15).
+
+With behaviour log-probs μ (the weights that sampled, captured at generation) and the learner's
+log-probs π_θ at the first pass over a batch, the importance weights are
+
+* per token, w_t = π_θ(y_t) / μ(y_t);
+* per sequence, w = Π_t w_t = exp(Σ_t log π_θ − log μ).
+
+The effective sample size ratio ``ess`` = (Σ w)² / (N Σ w²) over the N sequences of the whole batch (1:
+on-policy, 1/N: one sequence carries all the weight), and ``ess_token`` the same over response
+tokens; VCPO (arXiv 2602.17616) reports that drops in it precede collapse. ``is_max`` and
+``is_max_token`` are the largest weights, ``is_truncated`` the share of token weights above the cap,
+and ``kl_behaviour`` the k3 estimate of KL(μ ‖ π_θ) per token, from samples of μ:
+E_μ[(r − 1) − log r] with r = π_θ/μ.
+
+The sums of one micro-batch (:func:`weight_sums`) are combined over micro-batches and ranks by
+:func:`combine`, so the numbers are the whole batch's however it is split.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SUMS = ("n_seq", "sum_w", "sum_w2", "max_w", "n_tok", "sum_wt", "sum_wt2", "max_wt", "over_cap", "k3")
+
+
+@torch.no_grad()
+def weight_sums(logp: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, cap: float) -> dict[str, float]:
+    """The sums one micro-batch contributes: ``logp``, ``old`` and ``mask`` are (B, T), zero off the mask."""
+    log_ratio = ((logp.detach().double() - old.double()) * mask).clamp(max=700.0)
+    seq = log_ratio.sum(-1).exp()
+    on = mask > 0
+    tok = log_ratio[on].exp()
+    k3 = (tok - 1) - log_ratio[on]
+    return {
+        "n_seq": float(seq.numel()),
+        "sum_w": float(seq.sum()),
+        "sum_w2": float((seq**2).sum()),
+        "max_w": float(seq.max()) if seq.numel() else 0.0,
+        "n_tok": float(tok.numel()),
+        "sum_wt": float(tok.sum()),
+        "sum_wt2": float((tok**2).sum()),
+        "max_wt": float(tok.max()) if tok.numel() else 0.0,
+        "over_cap": float((tok > cap).sum()),
+        "k3": float(k3.sum()),
+    }
+
+
+def combine(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The batch's diagnostics from the sums of all its micro-batches (of every rank)."""
+    tot = {k: sum(p[k] for p in parts) for k in SUMS if k not in ("max_w", "max_wt")}
+
+    def ess(s, s2, n):
+        return s * s / (n * s2) if n and s2 > 0 and math.isfinite(s2) else 0.0
+
+    return {
+        "ess": ess(tot["sum_w"], tot["sum_w2"], tot["n_seq"]),
+        "ess_token": ess(tot["sum_wt"], tot["sum_wt2"], tot["n_tok"]),
+        "is_max": max(p["max_w"] for p in parts),
+        "is_max_token": max(p["max_wt"] for p in parts),
+        "is_truncated": tot["over_cap"] / max(1.0, tot["n_tok"]),
+        "kl_behaviour": tot["k3"] / max(1.0, tot["n_tok"]),
+    }
+
+
+def staleness_histogram(lags: list[int]) -> list[int]:
+    """How many rollouts have each lag 0, 1, ..., max (learner version − rollout version)."""
+    out = [0] * (max(lags) + 1 if lags else 1)
+    for lag in lags:
+        out[lag] += 1
+    return out
+
+
+def cosine(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None:
+    """cos(a, b) of two flattened gradients, None when either is missing or zero."""
+    if a is None or b is None:
+        return None
+    na, nb = a.norm(), b.norm()
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else None
