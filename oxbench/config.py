@@ -221,6 +221,29 @@ class TrainConfig(Strict):
     lr_scaling: LrScaling = added(LrScaling())
 
 
+class CollapseConfig(Strict):
+    """When an online run counts as collapsed (oxbench/engine/collapse.py)."""
+
+    reward_fraction: float = (
+        0.5  # mean reward of the last `window` rounds below this share of the first `window`'s
+    )
+    window: int = 4
+    verified_drop: float | None = None  # a curve point's verified accuracy this far below the best so far
+    stop: bool = True  # stop the run there (else record the first collapse and go on)
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if not (math.isfinite(self.reward_fraction) and 0 < self.reward_fraction < 1):
+            raise ValueError(f"reward_fraction must lie in (0, 1), got {self.reward_fraction}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+        if self.verified_drop is not None and not (
+            math.isfinite(self.verified_drop) and 0 < self.verified_drop <= 1
+        ):
+            raise ValueError(f"verified_drop must lie in (0, 1], got {self.verified_drop}")
+        return self
+
+
 class OnlineConfig(Strict):
     """Online RL knobs: compute C = prompts_per_batch * n * rounds rollouts."""
 
@@ -237,9 +260,9 @@ class OnlineConfig(Strict):
     # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)
     source: Literal["sync", "delayed"] = added("sync")
     staleness: int = added(0)  # S, for source delayed
-    is_cap: float = added(
-        2.0
-    )  # the diagnostics' importance-weight cap: is_truncated = share of tokens above it
+    # the diagnostics' importance-weight cap: is_truncated is the share of response tokens above it
+    is_cap: float = added(2.0)
+    collapse: CollapseConfig | None = added(None)  # detect collapse (and stop there); None: off
     temperature: float = 1.0
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs

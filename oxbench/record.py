@@ -64,6 +64,8 @@ class RunRecord(BaseModel):
     loss_state: dict[str, float] | None = None  # a stateful loss's carried state at the end of training
     # online: the compute ledger's totals (rollouts, generated/trained tokens, generation/training seconds)
     compute: dict[str, float] | None = None
+    # online.collapse: the first collapse seen, {"step": optimiser step, "reason": ...}; None: none (or off)
+    collapse: dict[str, Any] | None = None
     # results
     metrics: dict[str, int | float | None] | None = None
     timing: dict[str, float] | None = None

@@ -291,6 +291,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         record.optimizer_steps = res.optimizer_steps
         record.loss_state = res.loss_state
         record.compute = res.compute or None
+        record.collapse = res.collapse
         t_eval = time.time()
         state = lm_state(full_state_dict(engine))
         if D.is_main():

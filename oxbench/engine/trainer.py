@@ -31,7 +31,8 @@ from oxbench.config import RunConfig, micro_batches_per_rank
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
-from oxbench.engine.learner import Learner, LossState, check_finite, grad_norm
+from oxbench.engine.collapse import CollapseDetector
+from oxbench.engine.learner import Learner, LossState, NonFiniteLoss, check_finite, grad_norm
 from oxbench.engine.reference import LiveReference, RefCache
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.engine.sources import make_source
@@ -47,9 +48,8 @@ class TrainResult:
     data_stats: dict = field(default_factory=dict)
     seconds: float = 0.0
     loss_state: dict | None = None  # the loss's carried state at the end (stateful specs)
-    compute: dict = field(
-        default_factory=dict
-    )  # the compute ledger's totals (LEDGER keys; offline: trained only)
+    compute: dict = field(default_factory=dict)  # the compute ledger's totals (LEDGER keys)
+    collapse: dict | None = None  # online.collapse: {step, reason} of the first collapse seen
 
 
 LEDGER = ("rollouts", "generated_tokens", "trained_tokens", "gen_seconds", "train_seconds")
@@ -396,11 +396,14 @@ def train_online(
     consumed, version = [], 0
     weights = lambda: lm_state(full_state_dict(engine))  # noqa: E731
     source = make_source(cfg, worker, per_iteration, live_ref)
+    detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
     engine.train()
     try:
         for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
             if curve is not None:
-                curve.maybe(res.compute, weights, step=version)
+                row = curve.maybe(res.compute, weights, step=version)
+                if _collapsed(res, detector, version, verified=(row or {}).get("accuracy_verified")):
+                    break
             rows = _round_prompts(prompts, rnd, per_rank, sampler)
             consumed += [r["id"] for r in rows]
             gen_start = time.time()
@@ -424,7 +427,13 @@ def train_online(
                  gen_seconds=stats["gen_seconds"])  # fmt: skip
             prepared = learner.prepare(experience, version)
             for _ in range(o.inner_epochs):
-                micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
+                try:
+                    micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
+                except NonFiniteLoss as exc:
+                    if detector is None:
+                        raise
+                    res.collapse = res.collapse or {"step": version, "reason": str(exc).split(": ", 1)[-1]}
+                    break
                 version += 1
                 source.after_update(version, weights)
                 _maybe_update_reference(spec, hparams, live_ref, engine, version)
@@ -437,6 +446,10 @@ def train_online(
                              **learner.diagnostics, "rollouts_per_s": stats["rollouts"] / max(1e-9, time.time() - gen_start)}  # fmt: skip
                     extra.update(policy_version=worker.version, elapsed=time.time() - start)
                     _log(res.history, logger, engine, version, micro_metrics, extra, gn)
+            if (res.collapse and detector.stop) or _collapsed(
+                res, detector, version, reward=_mean_over_ranks(rewards)
+            ):
+                break
         if curve is not None:
             curve.maybe(res.compute, weights, step=version, last=True)
     finally:
@@ -445,6 +458,24 @@ def train_online(
     res.optimizer_steps, res.seconds = version, time.time() - start
     res.loss_state = learner.state.as_dict()
     return engine, res
+
+
+def _mean_over_ranks(values: torch.Tensor) -> float:
+    parts = D.all_gather_objects((float(values.sum()), values.numel()))
+    return sum(s for s, _ in parts) / max(1, sum(n for _, n in parts))
+
+
+def _collapsed(res: TrainResult, detector, step: int, *, reward=None, verified=None) -> bool:
+    """Whether to stop: ``detector`` (None: detection off) saw a collapse in this round's ``reward`` or a
+    curve point's ``verified`` accuracy (rank 0's decision, which holds the curve, binds every rank).
+    The first collapse is recorded in ``res.collapse``."""
+    if detector is None:
+        return False
+    reason = detector.observe_reward(reward) if reward is not None else detector.observe_verified(verified)
+    reason = D.all_gather_objects(reason)[0]
+    if reason and res.collapse is None:
+        res.collapse = {"step": step, "reason": reason}
+    return bool(reason) and detector.stop
 
 
 def _maybe_update_reference(spec, hparams, live_ref, engine, step: int) -> None:
