@@ -84,6 +84,52 @@ def clipped_surrogate(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: floa
     return loss, active
 
 
+CORRECTIONS = ("none", "tis_token", "tis_sequence", "decoupled")
+
+
+def corrected_ratio(
+    inputs: LossInputs, correction: str, cap: float, name: str
+) -> tuple[Tensor, Tensor | None]:
+    """The ratio the clip acts on and the detached per-token weight of each token's clipped loss, for
+    rollouts from a stale behaviour policy μ (``old_token_logps``), with π_prox the learner's weights
+    when the batch is consumed (``prox_token_logps``; None: the current weights, detached, which they
+    are on a batch's first pass):
+
+    * ``none``: the coupled clip of today, r = π_θ/μ, no weight;
+    * ``tis_token``: r = π_θ/π_prox and w_t = min(π_prox/μ, cap) per token: truncated importance
+      sampling as in verl (``rollout_is: token``, ``rollout_is_threshold``, first as
+      ``tis_imp_ratio_cap``; Yao et al. 2025), which multiplies the clipped per-token loss;
+    * ``tis_sequence``: the same with w = min(Π_t π_prox/μ, cap), one weight per sequence on all its
+      tokens (verl's ``rollout_is: sequence``, a product of token ratios);
+    * ``decoupled``: AReaL's decoupled PPO (arXiv 2505.24298, ``ppo_actor_loss_fn``): r = π_θ/π_prox,
+      w_t = π_prox/μ, and tokens whose w_t exceeds ``cap`` get weight 0 (masked, AReaL's
+      ``behav_imp_weight_cap``), still counted in the loss's denominator.
+
+    Log-ratios are clamped to ±20 before exponentiating (verl's guard)."""
+    if correction not in CORRECTIONS:
+        raise ValueError(
+            f"loss {name!r}: is_correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}"
+        )
+    if correction == "none":
+        return token_ratio(inputs), None
+    mask = inputs.mask
+    prox = inputs.prox_token_logps if inputs.prox_token_logps is not None else inputs.token_logps.detach()
+    ratio = torch.exp((inputs.token_logps - prox) * mask)
+    log_w = ((prox - behaviour_logps(inputs)) * mask).detach()
+    if correction == "tis_sequence":
+        weight = log_w.sum(-1, keepdim=True).clamp(-20, 20).exp().clamp(max=cap).expand_as(mask)
+    else:
+        weight = log_w.clamp(-20, 20).exp()
+        weight = (
+            weight.clamp(max=cap) if correction == "tis_token" else torch.where(weight <= cap, weight, 0.0)
+        )
+    return ratio, weight * mask
+
+
+def apply_weight(per_token: Tensor, weight: Tensor | None) -> Tensor:
+    return per_token if weight is None else per_token * weight
+
+
 def k3_kl(logps: Tensor, ref_logps: Tensor, mask: Tensor) -> Tensor:
     """Schulman's k3 estimator ``exp(ref − logp) − (ref − logp) − 1`` (≥ 0; 0 off the mask)."""
     d = (ref_logps - logps) * mask

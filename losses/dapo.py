@@ -25,6 +25,11 @@ included; we normalise by the tokens of kept groups (equal when every group has 
 ``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
 before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
 :func:`losses._online.add_entropy_bonus`).
+
+``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
+for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
+or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
+:func:`losses._online.corrected_ratio`.
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ import torch
 from losses._online import (
     add_entropy_bonus,
     add_k3_kl,
+    apply_weight,
     clipped_surrogate,
+    corrected_ratio,
     flat_groups,
     group_advantages,
     online_metrics,
     token_mean,
-    token_ratio,
 )
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
@@ -70,12 +76,15 @@ def dapo_loss(
     epsilon_high: float = 0.28,
     beta: float = 0.0,
     entropy_coef: float = 0.0,
+    is_correction: str = "none",
+    is_cap: float = 2.0,
 ) -> LossOutput:
     inputs.require("dapo", "token_logps", "mask", "rewards", "group_ids")
     flat = flat_groups(inputs.rewards, inputs.group_ids)
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
-    ratio = token_ratio(inputs)
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "dapo")
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
+    per_token = apply_weight(per_token, weight)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "dapo")
     per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "dapo")
     loss = token_mean(per_token, kept_tokens(inputs), inputs, total="kept_tokens")
@@ -90,7 +99,14 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0, "entropy_coef": 0.0},
+    defaults={
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "beta": 0.0,
+        "entropy_coef": 0.0,
+        "is_correction": "none",
+        "is_cap": 2.0,
+    },
     batch_stats=dapo_batch_stats,
     paper="arXiv:2503.14476 Eq. 8",
     version=1,

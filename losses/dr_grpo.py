@@ -30,6 +30,11 @@ Deviation: flat groups get advantage exactly 0 (TRL: ~1e-8 residue).
 ``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
 before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
 :func:`losses._online.add_entropy_bonus`).
+
+``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
+for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
+or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
+:func:`losses._online.corrected_ratio`.
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from __future__ import annotations
 from losses._online import (
     add_entropy_bonus,
     add_k3_kl,
+    apply_weight,
     clipped_surrogate,
+    corrected_ratio,
     group_advantages,
     online_metrics,
-    token_ratio,
 )
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
@@ -67,12 +73,15 @@ def dr_grpo_loss(
     epsilon_high: float = 0.2,
     max_completion_length: int | None = None,
     entropy_coef: float = 0.0,
+    is_correction: str = "none",
+    is_cap: float = 2.0,
 ) -> LossOutput:
     inputs.require("dr_grpo", "token_logps", "mask", "rewards", "group_ids")
     length = generation_limit(inputs, max_completion_length)
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=False)
-    ratio = token_ratio(inputs)
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "dr_grpo")
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
+    per_token = apply_weight(per_token, weight)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "dr_grpo")
     per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "dr_grpo")
     loss = (per_token * inputs.mask).sum() / (inputs.mask.size(0) * length)
@@ -91,6 +100,8 @@ spec = LossSpec(
         "epsilon_high": 0.2,
         "max_completion_length": None,
         "entropy_coef": 0.0,
+        "is_correction": "none",
+        "is_cap": 2.0,
     },
     paper="arXiv:2503.20783 §3.2 (Dr. GRPO objective)",
     version=2,

@@ -28,6 +28,11 @@ in ``losses/_online.py``.
 ``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
 before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
 :func:`losses._online.add_entropy_bonus`).
+
+``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
+for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
+or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
+:func:`losses._online.corrected_ratio`.
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ from losses._common import masked_mean
 from losses._online import (
     add_entropy_bonus,
     add_k3_kl,
+    apply_weight,
     clipped_surrogate,
+    corrected_ratio,
     group_advantages,
     online_metrics,
-    token_ratio,
 )
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
@@ -52,11 +58,14 @@ def grpo_loss(
     epsilon: float = 0.2,
     epsilon_high: float = 0.2,
     entropy_coef: float = 0.0,
+    is_correction: str = "none",
+    is_cap: float = 2.0,
 ) -> LossOutput:
     inputs.require("grpo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
-    ratio = token_ratio(inputs)
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "grpo")
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
+    per_token = apply_weight(per_token, weight)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "grpo")
     per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "grpo")
     loss = masked_mean(per_token, inputs.mask).mean()
@@ -69,7 +78,14 @@ spec = LossSpec(
     paradigm="online",
     data="online",
     needs_reference=True,
-    defaults={"beta": 0.04, "epsilon": 0.2, "epsilon_high": 0.2, "entropy_coef": 0.0},
+    defaults={
+        "beta": 0.04,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "entropy_coef": 0.0,
+        "is_correction": "none",
+        "is_cap": 2.0,
+    },
     paper="arXiv:2402.03300 Eq. 3",
     version=1,
     description="GRPO: group z-scored advantages, clipped token ratio, per-response token mean, k3 KL.",

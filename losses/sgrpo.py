@@ -27,6 +27,11 @@ whose gradient the clip zeroes (TRL's region definition), oxRL counts every rati
 ``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
 before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
 :func:`losses._online.add_entropy_bonus`).
+
+``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
+for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
+or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
+:func:`losses._online.corrected_ratio`.
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ import torch
 from losses._online import (
     add_entropy_bonus,
     add_k3_kl,
+    apply_weight,
     clipped_surrogate,
+    corrected_ratio,
     group_advantages,
     online_metrics,
     token_mean,
-    token_ratio,
 )
 from losses.registry import LossSpec
 from losses.types import LossInputs, LossOutput
@@ -69,12 +75,15 @@ def sgrpo_loss(
     beta: float = 0.0,
     reward_broadcast: bool = True,
     entropy_coef: float = 0.0,
+    is_correction: str = "none",
+    is_cap: float = 2.0,
 ) -> LossOutput:
     inputs.require("sgrpo", "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True, eps=ADV_EPS)
     token_adv = token_advantages(adv, inputs.mask, reward_broadcast)
-    ratio = token_ratio(inputs)
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "sgrpo")
     per_token, clipped = clipped_surrogate(ratio, token_adv, epsilon, epsilon_high)
+    per_token = apply_weight(per_token, weight)
     per_token, kl = add_k3_kl(per_token, inputs, beta, "sgrpo")
     per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "sgrpo")
     loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
@@ -93,6 +102,8 @@ spec = LossSpec(
         "beta": 0.0,
         "reward_broadcast": True,
         "entropy_coef": 0.0,
+        "is_correction": "none",
+        "is_cap": 2.0,
     },
     paper="arXiv:2402.03300 Eq. 3 (token-level form of the reference study, oxRL)",
     version=1,

@@ -53,6 +53,9 @@ class LossInputs:
     # --- online rollouts (data="online") -----------------------------------------------
     # token_logps / mask above hold the current policy's log-probs of the rollouts.
     old_token_logps: Tensor | None = None  # (B, T) behaviour policy (the one that sampled)
+    # (B, T) the learner's weights when the batch was consumed (its first pass), for corrections that
+    # clip against a proximal policy; None: the current weights (the first pass itself)
+    prox_token_logps: Tensor | None = None
     token_entropy: Tensor | None = None  # (B, T) policy's next-token entropy, with gradient (uses_entropy)
     ref_token_logps: Tensor | None = None  # (B, T) reference policy, for KL-regularised methods
     rewards: Tensor | None = None  # (B,) scalar reward of each rollout

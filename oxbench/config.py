@@ -263,11 +263,21 @@ class OnlineConfig(Strict):
     # the diagnostics' importance-weight cap: is_truncated is the share of response tokens above it
     is_cap: float = added(2.0)
     collapse: CollapseConfig | None = added(None)  # detect collapse (and stop there); None: off
+    # VCPO's ESS-scaled LR: each step's LR times min(1, ESS / ess_lr_base) (linear) or its sqrt
+    ess_lr: Literal["none", "sqrt", "linear"] = added("none")
+    ess_lr_base: float = added(1.0)
     temperature: float = 1.0
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
     n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
     reward_grader: Literal["strict", "flexible"] = added("strict")  # the grader that scores rollouts
+
+    @field_validator("is_cap", "ess_lr_base")
+    @classmethod
+    def _positive_finite(cls, v, info):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{info.field_name} must be a finite number > 0, got {v}")
+        return v
 
     @field_validator("staleness")
     @classmethod

@@ -18,6 +18,7 @@ then calls :meth:`Learner.update` once per pass over it. The learner
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -98,6 +99,7 @@ class Prepared:
     old_values: list[torch.Tensor | None] = field(default_factory=list)
     stats: dict[str, torch.Tensor] | None = None
     version: int = 0
+    prox: dict[int, torch.Tensor] = field(default_factory=dict)  # first-pass log-probs per micro-batch
 
 
 @dataclass
@@ -113,6 +115,8 @@ class Learner:
     run: str
     state: LossState = None
     is_cap: float = 2.0  # the importance weight above which the diagnostics count a token as truncated
+    ess_lr: str = "none"  # VCPO's ESS-scaled learning rate: none, sqrt or linear in min(1, ESS / ess_lr_base)
+    ess_lr_base: float = 1.0
     diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
     _prev_grad: torch.Tensor | None = None
 
@@ -200,15 +204,42 @@ class Learner:
                 sums.append(
                     diag.weight_sums(inputs.token_logps, inputs.old_token_logps, inputs.mask, self.is_cap)
                 )
+            scaled = None
             if m == self.micro_batches - 1:
                 norm = grad_norm(self.engine)
                 self.diagnostics = self._diagnose(sums, prep, version)
+                scaled = self._scale_lr()
             self.engine.step()
+            if scaled is not None:
+                self._restore_lr(*scaled)
             if not tied:
                 self.state.offer(out.state)
             metrics.append(extra if tied else {"loss": out.loss.item(), **out.metrics, **extra})
         self.state.commit()
         return metrics, norm
+
+    def _scale_lr(self) -> tuple[list[float], list[float]] | None:
+        """VCPO (arXiv 2602.17616; mit-han-lab/vcpo ``_optimizer_step_with_buffer``): this step's LR times
+        ``min(1, ESS / ess_lr_base)`` (``linear``) or its square root (``sqrt``, VCPO's default), no lower
+        bound. Returns the LRs before and after, for :meth:`_restore_lr`; the effective LR is logged."""
+        groups = self.engine.optimizer.param_groups
+        self.diagnostics["lr_effective"] = groups[0]["lr"]
+        if self.ess_lr == "none" or "ess" not in self.diagnostics:
+            return None
+        scale = min(1.0, self.diagnostics["ess"] / self.ess_lr_base)
+        factor = math.sqrt(scale) if self.ess_lr == "sqrt" else scale
+        before = [g["lr"] for g in groups]
+        for g in groups:
+            g["lr"] *= factor
+        self.diagnostics["lr_effective"] = groups[0]["lr"]
+        return before, [g["lr"] for g in groups]
+
+    def _restore_lr(self, before: list[float], after: list[float]) -> None:
+        """Undo the scaling, unless the scheduler has already set the next step's LR (LambdaLR
+        recomputes it from its base, so the scaling never reaches the schedule)."""
+        for g, b, a in zip(self.engine.optimizer.param_groups, before, after):
+            if g["lr"] == a:
+                g["lr"] = b
 
     def _diagnose(self, sums: list[dict], prep: Prepared, version: int) -> dict:
         """The batch's off-policy diagnostics (:mod:`oxbench.engine.diagnostics`), gathered over ranks,
@@ -258,6 +289,10 @@ class Learner:
         if self.split:
             inputs.micro_batches = self.micro_batches * D.world_size()
             inputs.batch_stats = prep.stats
+        if version == prep.version:  # the first pass: the learner's weights now are the proximal policy
+            prep.prox[m] = logp.detach()
+        else:
+            inputs.prox_token_logps = prep.prox[m]
         if self.spec.uses_entropy(self.hparams):
             logp_all = logits.float().log_softmax(-1)
             inputs.token_entropy = -(logp_all.exp() * logp_all).sum(-1) * mask

@@ -390,6 +390,8 @@ def train_online(
         micro,
         run,
         is_cap=o.is_cap,
+        ess_lr=o.ess_lr,
+        ess_lr_base=o.ess_lr_base,
     )
     sampler = make_sampler(len(prompts), seed=seeds["data"], rank=rk, world_size=ws)
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
