@@ -258,8 +258,10 @@ class OnlineConfig(Strict):
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
     # where rollouts come from (oxbench/engine/sources.py): sync (the trainer's weights every sync_every
     # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)
-    source: Literal["sync", "delayed"] = added("sync")
-    staleness: int = added(0)  # S, for source delayed
+    # or async (a producer process generating ahead, at most `staleness` versions behind; world size 1)
+    source: Literal["sync", "delayed", "async"] = added("sync")
+    staleness: int = added(0)  # S, for source delayed or async
+    queue_size: int = added(2)  # async: finished rounds the producer may hold ready
     # the diagnostics' importance-weight cap: is_truncated is the share of response tokens above it
     is_cap: float = added(2.0)
     collapse: CollapseConfig | None = added(None)  # detect collapse (and stop there); None: off
@@ -288,10 +290,14 @@ class OnlineConfig(Strict):
 
     @model_validator(mode="after")
     def _delayed(self):
-        if self.source == "delayed" and self.sync_every != 1:
-            raise ValueError("online.source 'delayed' sets the lag itself (staleness); leave sync_every at 1")
+        if self.source != "sync" and self.sync_every != 1:
+            raise ValueError(
+                f"online.source '{self.source}' sets the lag itself (staleness); leave sync_every at 1"
+            )
         if self.source == "sync" and self.staleness:
-            raise ValueError("online.staleness needs online.source 'delayed'")
+            raise ValueError("online.staleness needs online.source 'delayed' or 'async'")
+        if self.queue_size < 1:
+            raise ValueError(f"online.queue_size must hold at least one round (batch), got {self.queue_size}")
         return self
 
     def rollouts(self) -> int:

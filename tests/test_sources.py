@@ -63,7 +63,7 @@ def test_delayed_lags_by_exactly_s(micro_model_dir, monkeypatch):
 def test_source_bad_input():
     with pytest.raises(ValidationError, match="staleness S must be >= 0"):
         RunConfig(method="sgrpo", online={"source": "delayed", "staleness": -1})
-    with pytest.raises(ValidationError, match="needs online.source 'delayed'"):
+    with pytest.raises(ValidationError, match="needs online.source 'delayed' or 'async'"):
         RunConfig(method="sgrpo", online={"staleness": 2})
     with pytest.raises(ValidationError, match="leave sync_every at 1"):
         RunConfig(method="sgrpo", online={"source": "delayed", "staleness": 2, "sync_every": 4})
@@ -71,3 +71,67 @@ def test_source_bad_input():
 
     with pytest.raises(GridError, match="online.source"):
         validate_cell(RunConfig(method="spin", online={"source": "delayed", "staleness": 1}), "g")
+
+
+def async_run(model_dir, staleness, *, kill_producer_at=None, rounds=6):
+    """sgrpo on the micro model with the asynchronous producer; a spy records, per round, the learner
+    version at consumption and the versions its rollouts carry."""
+    import oxbench.engine.sources as src
+
+    D.init_distributed()
+    spec = losses.get("sgrpo")
+    cfg = cfg_for(model_dir, "sgrpo", max_steps=None)
+    cfg = cfg.model_copy(update={"online": cfg.online.model_copy(
+        update={"rounds": rounds, "source": "async", "staleness": staleness, "queue_size": 2})})  # fmt: skip
+    model, tok = load_model(model_dir, cfg, init_seed=0)
+    seen = []
+    real = src.AsyncSource.batch
+
+    def spy(self, rnd, version, weights, sample=None):
+        if kill_producer_at == rnd:
+            self.process.kill()
+            self.process.join()
+            while not self.queue.empty():
+                self.queue.get()
+        out = real(self, rnd, version, weights, sample)
+        seen.append((rnd, version, sorted({r.policy_version for r in out}), [r.prompt_id for r in out]))
+        return out
+
+    src.AsyncSource.batch = spy
+    try:
+        _, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run="async",
+                              reward_fn=length_parity_reward)  # fmt: skip
+    finally:
+        src.AsyncSource.batch = real
+    return seen, res
+
+
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_async_rounds_arrive_once_in_order_within_s(micro_model_dir, staleness):
+    """Every round arrives exactly once, in order, with the prompts the synchronous loop would use,
+    and no rollout is more than S versions behind the learner that consumes it (at S = 0: on-policy)."""
+    seen, res = async_run(micro_model_dir, staleness)
+    assert [r for r, *_ in seen] == list(range(6)) and res.optimizer_steps == 6
+    for rnd, version, versions, _ in seen:
+        assert version == rnd and all(0 <= version - v <= staleness for v in versions)
+    if staleness == 0:
+        assert all(versions == [version] for _, version, versions, _ in seen)
+    from oxbench.data.sampler import make_sampler
+    from oxbench.engine.trainer import _round_prompts
+
+    sampler = make_sampler(8, seed=0, rank=0, world_size=1)
+    want = [
+        [p["id"] for p in _round_prompts(rows_for("online", 8), r, 2, sampler) for _ in range(4)]
+        for r in range(6)
+    ]
+    assert [ids for *_, ids in seen] == want
+    assert all(h["queue_wait"] >= 0 and "producer_wait" in h for h in res.history)
+
+
+def test_a_dead_producer_is_an_error_that_names_it(micro_model_dir):
+    from oxbench.engine.sources import ProducerError
+
+    with pytest.raises(
+        ProducerError, match=r"rollout producer \(pid \d+\) died with exit code -9 before sending round 2"
+    ):
+        async_run(micro_model_dir, 1, kill_producer_at=2)

@@ -397,7 +397,17 @@ def train_online(
     per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
     consumed, version = [], 0
     weights = lambda: lm_state(full_state_dict(engine))  # noqa: E731
-    source = make_source(cfg, worker, per_iteration, live_ref)
+    if o.source == "async" and ws > 1:
+        raise ValueError(f"run {run}: online.source 'async' runs at world size 1 (got {ws} ranks)")
+
+    def producer_job() -> dict:  # what the asynchronous producer needs to generate every round itself
+        return {"rounds": [_round_prompts(prompts, r, per_rank, sampler) for r in range(o.rounds)],
+                "seeds": [seeds["sampling"] * 100_003 + r * 1009 + rk for r in range(o.rounds)],
+                "n": o.n, "temperature": o.temperature, "max_new_tokens": o.max_new_tokens, "reward_fn": reward_fn,
+                "inner_epochs": o.inner_epochs, "staleness": o.staleness, "max_len": cfg.data.max_len,
+                "backend": o.backend, "threads": max(1, torch.get_num_threads() // 2)}  # fmt: skip
+
+    source = make_source(cfg, worker, per_iteration, live_ref, producer_job)
     detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
     engine.train()
     try:
@@ -446,7 +456,11 @@ def train_online(
                 if version % t.log_every == 0 or rnd == o.rounds - 1:
                     extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative,
                              **learner.diagnostics, "rollouts_per_s": stats["rollouts"] / max(1e-9, time.time() - gen_start)}  # fmt: skip
-                    extra.update(policy_version=worker.version, elapsed=time.time() - start)
+                    extra.update(
+                        policy_version=worker.version,
+                        elapsed=time.time() - start,
+                        **getattr(source, "stats", {}),
+                    )
                     _log(res.history, logger, engine, version, micro_metrics, extra, gn)
             if (res.collapse and detector.stop) or _collapsed(
                 res, detector, version, reward=_mean_over_ranks(rewards)
@@ -455,7 +469,8 @@ def train_online(
         if curve is not None:
             curve.maybe(res.compute, weights, step=version, last=True)
     finally:
-        worker.close()  # a vLLM server process ends with its loop
+        source.close()  # an asynchronous producer process ends with its loop
+        worker.close()  # a vLLM server process too
     res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
     res.optimizer_steps, res.seconds = version, time.time() - start
     res.loss_state = learner.state.as_dict()
