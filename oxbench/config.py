@@ -272,7 +272,9 @@ class OnlineConfig(Strict):
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
     n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
-    reward_grader: Literal["strict", "flexible"] = added("strict")  # the grader that scores rollouts
+    # the grader that scores rollouts; random: a coin flip per completion text, whatever it says (a
+    # control for collapse caused by reward noise alone)
+    reward_grader: Literal["strict", "flexible", "random"] = added("strict")
 
     @field_validator("is_cap", "ess_lr_base")
     @classmethod

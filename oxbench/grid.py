@@ -64,6 +64,9 @@ class GridFile(BaseModel):
     name: str
     description: str = ""
     budget: Budget | None = None
+    # bundles of settings crossed with the axes, e.g. [{loss.is_correction: none}, {loss.is_correction:
+    # decoupled, online.ess_lr: sqrt}]: each bundle is one level of an arm (its keys join arm_keys)
+    variants: list[dict[str, Any]] = Field(default_factory=list)
     base: dict[str, Any] = Field(default_factory=dict)
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -172,8 +175,11 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     arm_keys = [
         paths[n] for n in names if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
     ]
-    for combo in itertools.product(*(grid.axes[n] for n in names)):
-        values = {paths[n]: v for n, v in zip(names, combo)}
+    variants = [{_axis_path(k, where): v for k, v in bundle.items()} for bundle in grid.variants] or [{}]
+    if len(variants) > 1:
+        arm_keys += sorted({k for bundle in variants for k in bundle} - set(arm_keys))
+    for bundle, combo in itertools.product(variants, itertools.product(*(grid.axes[n] for n in names))):
+        values = {**bundle, **{paths[n]: v for n, v in zip(names, combo)}}
         scale = values.get("model.name", grid.base.get("model", {}).get("name"))
         method = values.get("method", grid.base.get("method", "sft"))
         raw = _merge({"grid": grid.name, **grid.base}, grid.scales.get(scale, {}))

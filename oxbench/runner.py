@@ -7,6 +7,7 @@ Works in a single process or under ``torchrun``/``deepspeed`` (every rank calls
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import time
 import traceback
@@ -230,6 +231,16 @@ def _curve(cfg: RunConfig, model, tok, base_key: dict, d: Path) -> Curve | None:
     return Curve(cfg, model, tok, rows, d / "curve.jsonl", seed=cfg.seeds()["eval"])
 
 
+def random_reward(completion: str, answer: str) -> float:
+    """1 or 0 from a hash of the completion and the problem: as often right as wrong, unrelated to
+    correctness, the same for the same text (the random-reward control)."""
+    return float(hashlib.sha256(f"{answer}\x00{completion}".encode()).digest()[0] & 1)
+
+
+def reward_function(grader: str):
+    return random_reward if grader == "random" else functools.partial(is_correct, mode=grader)
+
+
 def _one_line(exc: BaseException) -> str:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {msg}"
@@ -284,7 +295,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}}
         )
         if train is train_online:
-            kwargs = {"reward_fn": functools.partial(is_correct, mode=cfg.online.reward_grader),
+            kwargs = {"reward_fn": reward_function(cfg.online.reward_grader),
                       "curve": _curve(cfg, model, tok, base_key, d)}  # fmt: skip
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
         record.data_order_sha = res.data_order_sha

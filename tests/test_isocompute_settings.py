@@ -284,3 +284,33 @@ def test_an_empty_subset_exits_2_and_a_training_failure_exits_1(tmp_path, monkey
         )
         res = CliRunner().invoke(app, ["run", "--config", str(cfg), "--out", str(tmp_path)])
         assert res.exit_code == code, res.output
+
+
+def test_variants_cross_the_axes_as_bundles():
+    """Two bundles x 2 lags x 2 seeds = 8 cells; the bundle's keys join the arm, so the coupled and the
+    decoupled + ESS-LR cells are different arms and seeds pool only within one."""
+    g = GridFile(name="v", base={"method": "sgrpo", "online": {"source": "delayed"}},
+                 variants=[{"loss.is_correction": "none"}, {"loss.is_correction": "decoupled", "online.ess_lr": "sqrt"}],
+                 axes={"online.staleness": [0, 2], "seed": [0, 1]})  # fmt: skip
+    cells = expand(g)
+    assert len(cells) == 8 and cells[0].arm_keys == [
+        "online.staleness",
+        "loss.is_correction",
+        "online.ess_lr",
+    ]
+    arms = {tuple(sorted(c.arm().items())) for c in cells}
+    assert len(arms) == 4  # 2 bundles x 2 lags
+    with pytest.raises(GridError, match="unknown axis 'online.stalenes'"):
+        expand(GridFile(name="v", base={"method": "sgrpo"}, variants=[{"online.stalenes": 1}, {}]))
+
+
+def test_random_reward_is_a_fair_coin_unrelated_to_correctness():
+    from oxbench.runner import random_reward, reward_function
+
+    flips = [random_reward(f"answer {i}", "#### 3") for i in range(4000)]
+    assert 0.46 < sum(flips) / len(flips) < 0.54
+    assert random_reward("#### 3", "#### 3") == random_reward(
+        "#### 3", "#### 3"
+    )  # the same text, the same reward
+    assert reward_function("flexible")("The answer is 3.", "#### 3") == 1.0
+    assert reward_function("strict")("The answer is 3.", "#### 3") == 0.0
