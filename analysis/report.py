@@ -282,6 +282,7 @@ def _context(data: _Data, requested: str, metric: str, correction: str, alpha: f
         "failed": _failed_table(data),
         "provenance": _provenance(data.records),
         "isocompute": _isocompute_section(data.root),
+        "staleness": _staleness_section(data.root),
     }
     if baseline is not None:
         ctx.update(_results(data, baseline, metric, correction, alpha))
@@ -1044,6 +1045,48 @@ def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
     figures = [(caption, Markup(svg)) for caption, svg in isor.figures(curves, res, root / "figures")]
     return {"metric": res["metric"], "runs": int(curves["run_id"].nunique()), "boot": n_boot,
             "tables": tables, "figures": figures, "errors": errors}  # fmt: skip
+
+
+def _staleness_section(root: Path, n_boot: int = 200) -> dict | None:
+    """Tables and figures of :mod:`analysis.staleness_report` when the runs vary the rollout lag S."""
+    from analysis import staleness_report as str_
+    from analysis.staleness import load_histories, load_stability
+
+    runs = load_stability(root)
+    if runs.empty or runs["S"].nunique() < 2 and (runs["S"] == 0).all():
+        return None
+    histories = load_histories(root)
+    res = str_.analyse(runs, histories, n_boot=n_boot)
+    t = Table(
+        "stale-eta",
+        [Column("correction"), Column("S", "number"), Column("η_max", "number"), Column("censored")],
+    )
+    for r in res["eta_max"].itertuples():
+        t.rows.append(
+            [
+                Cell(r.correction),
+                Cell(str(r.S), _key(r.S)),
+                Cell(f"{r.eta_max:.3g}", _key(r.eta_max)),
+                Cell(r.censored or "—"),
+            ]
+        )
+    fits = Table("stale-fit", [Column("correction"), Column("slope (S ≥ 1)", "number"), Column("a", "number"),
+                               Column("b", "number"), Column("S_knee = a/b", "number")])  # fmt: skip
+    for corr, f in res["fits"].items():
+        cells = [Cell(corr)]
+        for k in ("slope", "a", "b", "S_knee"):
+            lo, hi = f["ci"][k]
+            cells.append(Cell(f"{f['fit'][k]:.3g} [{lo:.3g}, {hi:.3g}]", _key(f["fit"][k])))
+        fits.rows.append(cells)
+    alarm = res["alarm"]
+    note = (f"ESS < {res['threshold']:g} before collapse: hit rate {alarm['hit_rate']:.2f}, false-alarm rate "
+            f"{alarm['false_alarm_rate']:.2f}, median lead {alarm['median_lead']:g} steps" if alarm else "no ESS logged")  # fmt: skip
+    figures = [
+        (caption, Markup(svg)) for caption, svg in str_.figures(runs, histories, res, root / "figures")
+    ]
+    return {"tables": [{"caption": "η_max per lag and correction", "table": t},
+                       {"caption": "Fit of η_max(S) = min(a/S, b), with 95% seed-bootstrap intervals", "table": fits}],
+            "note": note, "figures": figures, "runs": len(runs), "collapsed": int(runs["collapsed"].sum())}  # fmt: skip
 
 
 def _fits_table(subset: str, fits: pd.DataFrame) -> Table:

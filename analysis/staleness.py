@@ -31,6 +31,7 @@ STABILITY_COLUMNS = [
     "S",
     "lr",
     "correction",
+    "source",
     "seed",
     "collapsed",
     "collapse_step",
@@ -55,7 +56,7 @@ def load_stability(root: str | Path, *, reward: str = "reward_mean") -> pd.DataF
         history = _read_jsonl(rec["_dir"] / "metrics.jsonl")
         rows.append({"run_id": rec["run_id"], "S": cfg["online"].get("staleness", 0), "lr": cfg["train"]["lr"],
                      "correction": " ".join(f"{k}={v}" for k, v in sorted(arm.items())) or rec["method"],
-                     "seed": rec["seed"], "collapsed": collapse is not None,
+                     "source": cfg["online"].get("source", "sync"), "seed": rec["seed"], "collapsed": collapse is not None,
                      "collapse_step": collapse["step"] if collapse else math.nan,
                      "reward": history[-1].get(reward, math.nan) if history else math.nan,
                      "accuracy": (rec.get("metrics") or {}).get("accuracy", math.nan)})  # fmt: skip
