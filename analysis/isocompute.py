@@ -141,9 +141,11 @@ def sigmoid(log_c, lo: float, hi: float, mid: float, slope: float):
 def fit_sigmoid(log_c, y, *, bounds: tuple[float, float] | None = None) -> dict:
     """Least-squares monotone sigmoid of ``y`` against ``log_c`` (natural log of compute).
 
-    ``bounds``: the range of the plateaus (default: the data's range, widened by its span). Returns
-    ``lo, hi, mid, slope`` (slope >= 0, hi >= lo by construction: hi = lo + a softplus-free gap >= 0)
-    and the fit's ``rmse``. Fewer than four distinct points: a ValueError."""
+    ``bounds``: the range both plateaus must lie in (default: the data's range, widened by its span).
+    Parametrised as ``hi`` in that range and ``lo = lo_b + f · (hi − lo_b)`` with f in [0, 1], so
+    lo <= hi (monotone increasing with slope >= 0) and neither plateau leaves the bounds (a reward
+    never passes 1, however a curve still rising at the last point extrapolates). Returns ``lo, hi,
+    mid, slope`` and the fit's ``rmse``. Fewer than four distinct points: a ValueError."""
     log_c, y = np.asarray(log_c, float), np.asarray(y, float)
     if len(np.unique(log_c)) < 4:
         raise ValueError(f"a sigmoid needs >= 4 distinct compute values, got {len(np.unique(log_c))}")
@@ -151,16 +153,20 @@ def fit_sigmoid(log_c, y, *, bounds: tuple[float, float] | None = None) -> dict:
     lo_b, hi_b = bounds if bounds is not None else (float(y.min()) - span, float(y.max()) + span)
     width = float(np.ptp(log_c))
 
-    def model(lc, lo, gap, mid, slope):
-        return sigmoid(lc, lo, lo + gap, mid, slope)
+    def model(lc, hi, frac, mid, slope):
+        return sigmoid(lc, lo_b + frac * (hi - lo_b), hi, mid, slope)
 
-    p0 = [float(y.min()), span, float(np.median(log_c)), 4.0 / max(width, 1e-6)]
+    frac0 = (float(y.min()) - lo_b) / max(float(y.max()) - lo_b, 1e-9)
+    p0 = [float(y.max()), frac0, float(np.median(log_c)), 4.0 / max(width, 1e-6)]
     lower = [lo_b, 0.0, float(log_c.min()) - width, 0.0]
-    upper = [hi_b, hi_b - lo_b, float(log_c.max()) + width, 50.0 / max(width, 1e-6)]
+    upper = [hi_b, 1.0, float(log_c.max()) + width, 50.0 / max(width, 1e-6)]
     p0 = np.clip(p0, lower, upper)
-    (lo, gap, mid, slope), _ = optimize.curve_fit(model, log_c, y, p0=p0, bounds=(lower, upper), maxfev=20000)
-    rmse = float(np.sqrt(np.mean((model(log_c, lo, gap, mid, slope) - y) ** 2)))
-    return {"lo": float(lo), "hi": float(lo + gap), "mid": float(mid), "slope": float(slope), "rmse": rmse}
+    (hi, frac, mid, slope), _ = optimize.curve_fit(
+        model, log_c, y, p0=p0, bounds=(lower, upper), maxfev=20000
+    )
+    rmse = float(np.sqrt(np.mean((model(log_c, hi, frac, mid, slope) - y) ** 2)))
+    lo = lo_b + frac * (hi - lo_b)
+    return {"lo": float(lo), "hi": float(hi), "mid": float(mid), "slope": float(slope), "rmse": rmse}
 
 
 def fits_by_n(

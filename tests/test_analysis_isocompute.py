@@ -54,6 +54,14 @@ def test_sigmoid_fit_is_monotone_on_a_falling_curve():
     assert fit["slope"] >= 0 and fit["hi"] >= fit["lo"]
 
 
+def test_sigmoid_plateaus_stay_within_bounds():
+    """A reward still rising steeply at the last point would extrapolate past 1: the fit's plateaus stay in
+    [0, 1] however it is cut."""
+    x = np.linspace(2, 6, 12)
+    fit = iso.fit_sigmoid(x, iso.sigmoid(x, 0.1, 1.6, 6.5, 1.0), bounds=(0, 1))
+    assert 0 <= fit["lo"] <= fit["hi"] <= 1
+
+
 def test_sigmoid_fit_needs_four_points():
     with pytest.raises(ValueError, match="4 distinct"):
         iso.fit_sigmoid([1, 2, 3], [0, 1, 1])
