@@ -370,111 +370,131 @@ def train_online(
     ``curve`` (a :class:`~oxbench.eval.curves.Curve`) takes learning-curve points between rounds, at 0
     rollouts and every ``eval.every``; their time counts in neither gen_seconds nor train_seconds.
     """
-    o, t, seeds, res = cfg.online, cfg.train, cfg.seeds(), TrainResult()
-    start = time.time()
-    ws, rk = D.world_size(), D.rank()
-    micro = micro_batches_per_rank(o.prompts_per_batch, t.batch_size, ws, run)
-    per_rank = o.prompts_per_batch // ws
-    model, lm, live_ref = online_policy(spec, hparams, model, seeds["init"])
-    worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, backend=o.backend)
-    n_updates = o.rounds * o.inner_epochs
-    engine = build_engine(model, cfg, n_updates, grad_accum=micro)
-    learner = Learner(
-        spec,
-        hparams,
-        engine,
-        tokenizer,
-        live_ref,
-        worker.max_len,
-        o.max_new_tokens,
-        micro,
-        run,
-        is_cap=o.is_cap,
-        ess_lr=o.ess_lr,
-        ess_lr_base=o.ess_lr_base,
-    )
-    sampler = make_sampler(len(prompts), seed=seeds["data"], rank=rk, world_size=ws)
-    per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
-    consumed, version = [], 0
-    weights = lambda: lm_state(full_state_dict(engine))  # noqa: E731
-    if o.source == "async" and ws > 1:
-        raise ValueError(f"run {run}: online.source 'async' runs at world size 1 (got {ws} ranks)")
+    loop = OnlineLoop(cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn)
+    return loop.engine, loop.run_all(curve)
 
-    def producer_job() -> dict:  # what the asynchronous producer needs to generate every round itself
-        return {"rounds": [_round_prompts(prompts, r, per_rank, sampler) for r in range(o.rounds)],
-                "seeds": [seeds["sampling"] * 100_003 + r * 1009 + rk for r in range(o.rounds)],
-                "n": o.n, "temperature": o.temperature, "max_new_tokens": o.max_new_tokens, "reward_fn": reward_fn,
-                "inner_epochs": o.inner_epochs, "staleness": o.staleness, "max_len": cfg.data.max_len,
-                "backend": o.backend, "threads": max(1, torch.get_num_threads() // 2)}  # fmt: skip
 
-    source = make_source(cfg, worker, per_iteration, live_ref, producer_job)
-    detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
-    engine.train()
-    try:
-        for rnd in progress(range(o.rounds), f"{run}: online rounds", enabled=D.is_main()):
+class OnlineLoop:
+    """One online run's parts (engine, learner, rollout worker, experience source, collapse detector)
+    and its loop, a method per phase: :meth:`sample` one round from the source, :meth:`learn` from it
+    (``inner_epochs`` optimiser steps, each logged with the round's compute and the batch's
+    diagnostics), stopping at a collapse when ``online.collapse`` asks."""
+
+    def __init__(self, cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn):
+        o, seeds = cfg.online, cfg.seeds()
+        self.cfg, self.spec, self.hparams, self.prompts, self.run, self.logger = (
+            cfg,
+            spec,
+            hparams,
+            prompts,
+            run,
+            logger,
+        )
+        self.reward_fn, self.res, self.start, self.version = reward_fn, TrainResult(), time.time(), 0
+        self.ws, self.rk = D.world_size(), D.rank()
+        if o.source == "async" and self.ws > 1:
+            raise ValueError(f"run {run}: online.source 'async' runs at world size 1 (got {self.ws} ranks)")
+        micro = micro_batches_per_rank(o.prompts_per_batch, cfg.train.batch_size, self.ws, run)
+        self.per_rank, self.n_updates = o.prompts_per_batch // self.ws, o.rounds * o.inner_epochs
+        model, lm, self.live_ref = online_policy(spec, hparams, model, seeds["init"])
+        self.worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, backend=o.backend)
+        self.engine = build_engine(model, cfg, self.n_updates, grad_accum=micro)
+        self.learner = Learner(spec, hparams, self.engine, tokenizer, self.live_ref, self.worker.max_len,
+                               o.max_new_tokens, micro, run, is_cap=o.is_cap, ess_lr=o.ess_lr,
+                               ess_lr_base=o.ess_lr_base)  # fmt: skip
+        self.sampler = make_sampler(len(prompts), seed=seeds["data"], rank=self.rk, world_size=self.ws)
+        per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
+        self.source = make_source(cfg, self.worker, per_iteration, self.live_ref, self.producer_job)
+        self.detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
+        self.consumed: list[str] = []
+
+    def weights(self) -> dict:
+        return lm_state(full_state_dict(self.engine))
+
+    def seed(self, rnd: int) -> int:
+        return self.cfg.seeds()["sampling"] * 100_003 + rnd * 1009 + self.rk
+
+    def producer_job(self) -> dict:
+        """What the asynchronous producer needs to generate every round itself."""
+        o = self.cfg.online
+        return {"rounds": [_round_prompts(self.prompts, r, self.per_rank, self.sampler) for r in range(o.rounds)],
+                "seeds": [self.seed(r) for r in range(o.rounds)], "n": o.n, "temperature": o.temperature,
+                "max_new_tokens": o.max_new_tokens, "reward_fn": self.reward_fn, "inner_epochs": o.inner_epochs,
+                "staleness": o.staleness, "max_len": self.cfg.data.max_len, "backend": o.backend,
+                "threads": max(1, torch.get_num_threads() // 2)}  # fmt: skip
+
+    def run_all(self, curve) -> TrainResult:
+        res, o = self.res, self.cfg.online
+        self.engine.train()
+        try:
+            for rnd in progress(range(o.rounds), f"{self.run}: online rounds", enabled=D.is_main()):
+                if curve is not None:
+                    row = curve.maybe(res.compute, self.weights, step=self.version)
+                    if _collapsed(
+                        res, self.detector, self.version, verified=(row or {}).get("accuracy_verified")
+                    ):
+                        break
+                experience, stats, gen_start = self.sample(rnd)
+                rewards = torch.tensor([r.reward for r in experience])
+                self.learn(rnd, experience, stats, rewards, gen_start)
+                if (res.collapse and self.detector.stop) or _collapsed(
+                    res, self.detector, self.version, reward=_mean_over_ranks(rewards)
+                ):
+                    break
             if curve is not None:
-                row = curve.maybe(res.compute, weights, step=version)
-                if _collapsed(res, detector, version, verified=(row or {}).get("accuracy_verified")):
-                    break
-            rows = _round_prompts(prompts, rnd, per_rank, sampler)
-            consumed += [r["id"] for r in rows]
-            gen_start = time.time()
-            sample = functools.partial(
-                worker.rollouts,
-                rows,
-                n=o.n,
-                temperature=o.temperature,
-                max_new_tokens=o.max_new_tokens,
-                seed=seeds["sampling"] * 100_003 + rnd * 1009 + rk,
-                reward_fn=reward_fn,
-                group_offset=rk * per_rank,
-            )
-            experience = source.batch(rnd, version, weights, sample)
-            rewards = torch.tensor([r.reward for r in experience])
-            stats = rollout_stats(experience, ws)
-            train_start = time.time()
-            stats |= _ledger_round(experience, worker.max_len)
-            stats["gen_seconds"] = train_start - gen_start  # weight sync + sampling + grading, this rank
-            _add(res.compute, rollouts=stats["rollouts"], generated_tokens=stats["generated_tokens"],
-                 gen_seconds=stats["gen_seconds"])  # fmt: skip
-            prepared = learner.prepare(experience, version)
-            for _ in range(o.inner_epochs):
-                try:
-                    micro_metrics, gn = learner.update(prepared, version, progress=version / n_updates)
-                except NonFiniteLoss as exc:
-                    if detector is None:
-                        raise
-                    res.collapse = res.collapse or {"step": version, "reason": str(exc).split(": ", 1)[-1]}
-                    break
-                version += 1
-                source.after_update(version, weights)
-                _maybe_update_reference(spec, hparams, live_ref, engine, version)
-                stats["train_seconds"], train_start = time.time() - train_start, time.time()
-                cumulative = _add(
-                    res.compute, trained_tokens=stats["trained_tokens"], train_seconds=stats["train_seconds"]
+                curve.maybe(res.compute, self.weights, step=self.version, last=True)
+        finally:
+            self.source.close()  # an asynchronous producer process ends with its loop
+            self.worker.close()  # a vLLM server process too
+        res.data_order_sha = order_sha([i for part in D.all_gather_objects(self.consumed) for i in part])
+        res.optimizer_steps, res.seconds = self.version, time.time() - self.start
+        res.loss_state = self.learner.state.as_dict()
+        return res
+
+    def sample(self, rnd: int) -> tuple[list, dict, float]:
+        """This round's graded rollouts from the source, their statistics and compute."""
+        o = self.cfg.online
+        rows = _round_prompts(self.prompts, rnd, self.per_rank, self.sampler)
+        self.consumed += [r["id"] for r in rows]
+        gen_start = time.time()
+        sample = functools.partial(self.worker.rollouts, rows, n=o.n, temperature=o.temperature,
+                                   max_new_tokens=o.max_new_tokens, seed=self.seed(rnd), reward_fn=self.reward_fn,
+                                   group_offset=self.rk * self.per_rank)  # fmt: skip
+        experience = self.source.batch(rnd, self.version, self.weights, sample)
+        stats = rollout_stats(experience, self.ws) | _ledger_round(experience, self.worker.max_len)
+        stats["gen_seconds"] = time.time() - gen_start  # weight sync + sampling + grading, this rank
+        _add(self.res.compute, rollouts=stats["rollouts"], generated_tokens=stats["generated_tokens"],
+             gen_seconds=stats["gen_seconds"])  # fmt: skip
+        return experience, stats, gen_start
+
+    def learn(self, rnd: int, experience: list, stats: dict, rewards: torch.Tensor, gen_start: float) -> None:
+        """``inner_epochs`` optimiser steps on the round; a non-finite loss is a collapse when detection is on."""
+        o, res, learner = self.cfg.online, self.res, self.learner
+        train_start = time.time()
+        prepared = learner.prepare(experience, self.version)
+        for _ in range(o.inner_epochs):
+            try:
+                micro_metrics, gn = learner.update(
+                    prepared, self.version, progress=self.version / self.n_updates
                 )
-                if version % t.log_every == 0 or rnd == o.rounds - 1:
-                    extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative,
-                             **learner.diagnostics, "rollouts_per_s": stats["rollouts"] / max(1e-9, time.time() - gen_start)}  # fmt: skip
-                    extra.update(
-                        policy_version=worker.version,
-                        elapsed=time.time() - start,
-                        **getattr(source, "stats", {}),
-                    )
-                    _log(res.history, logger, engine, version, micro_metrics, extra, gn)
-            if (res.collapse and detector.stop) or _collapsed(
-                res, detector, version, reward=_mean_over_ranks(rewards)
-            ):
-                break
-        if curve is not None:
-            curve.maybe(res.compute, weights, step=version, last=True)
-    finally:
-        source.close()  # an asynchronous producer process ends with its loop
-        worker.close()  # a vLLM server process too
-    res.data_order_sha = order_sha([i for part in D.all_gather_objects(consumed) for i in part])
-    res.optimizer_steps, res.seconds = version, time.time() - start
-    res.loss_state = learner.state.as_dict()
-    return engine, res
+            except NonFiniteLoss as exc:
+                if self.detector is None:
+                    raise
+                res.collapse = res.collapse or {"step": self.version, "reason": str(exc).split(": ", 1)[-1]}
+                return
+            self.version += 1
+            self.source.after_update(self.version, self.weights)
+            _maybe_update_reference(self.spec, self.hparams, self.live_ref, self.engine, self.version)
+            stats["train_seconds"], train_start = time.time() - train_start, time.time()
+            cumulative = _add(
+                res.compute, trained_tokens=stats["trained_tokens"], train_seconds=stats["train_seconds"]
+            )
+            if self.version % self.cfg.train.log_every == 0 or rnd == o.rounds - 1:
+                extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative,
+                         **learner.diagnostics, "rollouts_per_s": stats["rollouts"] / max(1e-9, time.time() - gen_start),
+                         "policy_version": self.worker.version, "elapsed": time.time() - self.start,
+                         **getattr(self.source, "stats", {})}  # fmt: skip
+                _log(res.history, self.logger, self.engine, self.version, micro_metrics, extra, gn)
 
 
 def _mean_over_ranks(values: torch.Tensor) -> float:
