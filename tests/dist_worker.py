@@ -34,8 +34,12 @@ def main(model_dir, method, zero, batch, accum, steps, out):
         zero_stage=int(zero),
         lr=1e-3,
     )
+    lag = int(os.environ.get("DELAYED_S", -1))  # >= 0: the delayed source at that lag
+    source = {"source": "delayed", "staleness": lag} if lag >= 0 else {}
     cfg = cfg.model_copy(
-        update={"online": cfg.online.model_copy(update={"rounds": int(steps), "prompts_per_batch": 4})}
+        update={
+            "online": cfg.online.model_copy(update={"rounds": int(steps), "prompts_per_batch": 4, **source})
+        }
     )
     model, tok = load_model(model_dir, cfg, init_seed=0)
     curve = None

@@ -110,6 +110,13 @@ def test_learning_curve_under_zero_stages_and_ranks(tmp_path, micro_model_dir):
     assert two[0]["checksum"] == z0[0]["checksum"]
 
 
+def test_delayed_source_at_world_size_2_zero3(tmp_path, micro_model_dir):
+    """The delayed source's snapshots are gathered from both ranks under ZeRO-3: at S = 1 over 3 rounds
+    the learner sees lags 0, 1, 1."""
+    res = run_worker(tmp_path, micro_model_dir, "sgrpo", 3, 4, 1, 3, nproc=2, env_extra={"DELAYED_S": "1"})
+    assert res["world"] == 2 and [h["staleness_max"] for h in res["history"]] == [0, 1, 1]
+
+
 def test_deepspeed_builds_no_shm_op(tmp_path):
     """DeepSpeed JIT-compiled its CPU shared-memory op (50-125 s, a C++ toolchain) the first time a cell
     started, in a cache every virtualenv shared and rebuilt (issue 13). Starting the process group now
