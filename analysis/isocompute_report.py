@@ -73,9 +73,15 @@ def _figure(width=5.2, height=3.4):
 
 
 def _save(fig, name: str, out_dir: Path | None) -> str:
-    """The figure as inline SVG (no XML prologue); also ``out_dir/name.svg`` and ``.pdf``."""
+    """The figure as inline SVG (no XML prologue); also ``out_dir/name.svg`` and ``.pdf``. Log axes keep
+    their major labels only (minor ones overlap)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -131,6 +137,7 @@ def n_star_figure(res: dict, subset: str, out_dir) -> str | None:
         lo, hi = np.percentile(band, [2.5, 97.5], axis=0)
         ax.fill_between(np.exp(grid), lo, hi, color="#e15759", alpha=0.2, label="95% band (seed resamples)")
     ax.set(xscale="log", yscale="log", xlabel="compute C (rollouts)", ylabel="n*", title=f"{subset}: n*(C)")
+    ax.set_yticks(sorted(set(res["fits"]["n"])))
     ax.yaxis.set_major_formatter(_int_formatter())
     ax.legend(fontsize=7)
     return _save(fig, f"n_star_{subset}", out_dir)
