@@ -44,7 +44,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
     model, tok = load_model(model_dir, cfg, init_seed=0)
     curve = None
     if os.environ.get("CURVE_EVERY"):
-        from oxbench.eval import curves
+        from oxbench.engine import curves
 
         def checksum(model, *args, **kwargs):
             return {"checksum": float(sum(p.detach().abs().sum() for p in model.parameters()))}

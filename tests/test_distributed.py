@@ -123,7 +123,10 @@ def test_deepspeed_builds_no_shm_op(tmp_path):
     builds and loads nothing: with an empty extensions directory it stays empty."""
     ext = tmp_path / "torch_extensions"
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext)}
-    env.pop("OXBENCH_DS_SHM_OP", None)
+    # a fresh process of its own: not the launcher variables (MASTER_PORT among them, a port this
+    # process may still hold) that an in-process test's init_distributed left in os.environ
+    for key in ("OXBENCH_DS_SHM_OP", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
     code = "from oxbench.engine import distributed as D; D.init_distributed(); D.shutdown(); print('started')"
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "started" in res.stdout, res.stderr[-2000:]

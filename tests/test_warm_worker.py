@@ -13,7 +13,7 @@ import losses
 from oxbench import executors
 from oxbench.config import RunConfig
 
-TIMING = ("elapsed", "seconds", "gen_seconds", "train_seconds")
+TIMING = ("elapsed", "seconds", "gen_seconds", "train_seconds", "cum_gen_seconds", "cum_train_seconds")
 
 
 def cell(micro_model_dir: str, method: str = "sft", seed: int = 0, grid: str = "warm") -> RunConfig:

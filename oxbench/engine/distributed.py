@@ -77,10 +77,18 @@ def shutdown() -> None:
 
     Without this, a rank that finishes first tears gloo's threads down at interpreter exit
     while a peer still talks to it, and aborts with "terminate called without an active exception".
+    Through DeepSpeed, so that it also drops the groups it cached (its world group among them): a later
+    ``init_distributed`` in the same process (a test, a warm worker) then starts from a clean slate
+    instead of meeting a destroyed group ("Group ... is not registered").
     """
     if dist.is_available() and dist.is_initialized():
         barrier()
-        dist.destroy_process_group()
+        if "deepspeed" in sys.modules:
+            import deepspeed.comm
+
+            deepspeed.comm.destroy_process_group()
+        else:
+            dist.destroy_process_group()
 
 
 def all_gather_objects(obj) -> list:

@@ -367,7 +367,7 @@ def train_online(
     (``online.pair_refresh_every`` passes over the prompts): it samples every rejected answer of the
     iteration and is the reference; then the trained policy becomes the next iterate.
 
-    ``curve`` (a :class:`~oxbench.eval.curves.Curve`) takes learning-curve points between rounds, at 0
+    ``curve`` (a :class:`~oxbench.engine.curves.Curve`) takes learning-curve points between rounds, at 0
     rollouts and every ``eval.every``; their time counts in neither gen_seconds nor train_seconds.
     """
     loop = OnlineLoop(cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn)
