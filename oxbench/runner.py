@@ -19,8 +19,8 @@ import losses
 from oxbench.config import RunConfig
 from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.engine.curves import Curve
+from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.record import RunRecord
