@@ -6,7 +6,9 @@ and exit code 2. A grid with any failed cell exits 1 after recording and summari
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
 import statistics
 import sys
 import time
@@ -202,6 +204,7 @@ def run(
     ),
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
+    _check_run_options(executor, workers, nproc, out)
     _load_plugins(plugin)
     if (grid is None) == (config is None):
         fail("give exactly one of --grid FILE or --config FILE")
@@ -228,6 +231,24 @@ def run(
     del counts
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
+
+
+def _check_run_options(executor: str, workers: int, nproc: int, out: Path) -> None:
+    """The command line's own values, before the plan prints: one line each, exit 2."""
+    if executor not in ("local", "ray", "slurm"):
+        close = difflib.get_close_matches(executor, ["local", "ray", "slurm"], n=1)
+        fail(
+            f"--executor: unknown executor {executor!r}"
+            + (f"; did you mean {close[0]!r}?" if close else " (local, ray or slurm)")
+        )
+    for name, value in (("--workers", workers), ("--nproc", nproc)):
+        if value < 1:
+            fail(f"{name}: must be >= 1, got {value}")
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out}: exists and is not a directory")
+    parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        fail(f"--out {out}: {parent} is not writable")
 
 
 def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Literal
+import re
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
@@ -25,7 +26,23 @@ from oxbench.utils import content_hash
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A settings block: unknown keys, NaN and infinities are errors, and every count or rate named in
+    ``bounds`` must lie in its range (checked before any work starts; the error names the field)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # field -> (lowest, highest, lowest excluded): e.g. (0, None, True) is "> 0", (1, None, False) ">= 1"
+    bounds: ClassVar[dict[str, tuple[float | None, float | None, bool]]] = {}
+
+    @model_validator(mode="after")
+    def _in_range(self):
+        for name, (lo, hi, open_lo) in self.bounds.items():
+            value = getattr(self, name)
+            if value is None or isinstance(value, bool):
+                continue
+            low = lo is not None and (value <= lo if open_lo else value < lo)
+            if low or (hi is not None and value > hi):
+                raise ValueError(f"field {name}: must be {_range_text(lo, hi, open_lo)}, got {value!r}")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -57,6 +74,30 @@ def added(default: Any) -> Any:
     return Field(default, json_schema_extra={"added": True})
 
 
+def _range_text(lo, hi, open_lo: bool) -> str:
+    if hi is None:
+        return f"{'>' if open_lo else '>='} {lo}"
+    return f"in {'(' if open_lo else '['}{lo}, {hi}]"
+
+
+POSITIVE = (0, None, True)  # > 0
+COUNT = (1, None, False)  # >= 1
+NON_NEGATIVE = (0, None, False)  # >= 0
+FRACTION = (0, 1, False)  # in [0, 1]
+SEED = (0, 2**32 - 1, False)  # numpy and torch seeds are 32-bit
+
+
+def check_dir_name(name: str, field: str) -> str:
+    """A name that becomes a directory under ``--out`` (a grid's): letters, digits, ``.``, ``_`` and
+    ``-``, starting with a letter or digit, so nothing can be written outside ``--out``."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
+        raise ValueError(
+            f"{field} {name!r} becomes a directory name: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (no '/', no '..')"
+        )
+    return name
+
+
 def renamed(default: Any, old: str, new: str) -> Any:
     """A setting renamed from ``old`` to ``new``: recipes may still spell it ``old``; records show
     ``new``; hashes (:meth:`Strict.hash_view`) use ``old``, so run_ids and caches do not change."""
@@ -64,6 +105,8 @@ def renamed(default: Any, old: str, new: str) -> Any:
 
 
 class LoraConfig(Strict):
+    bounds = {"r": COUNT, "alpha": POSITIVE, "dropout": (0, 1, False)}
+
     enabled: bool = False
     r: int = 16
     alpha: int = 32
@@ -73,6 +116,8 @@ class LoraConfig(Strict):
 
 class PretrainSettings(Strict):
     """Budget of the from-scratch pre-training of a built-in tiny model (ignored for HF models)."""
+
+    bounds = {"updates": NON_NEGATIVE, "batch_size": COUNT, "lr": POSITIVE, "n_examples": COUNT, "seed": SEED}
 
     updates: int = renamed(600, "steps", "updates")  # optimiser steps
     batch_size: int = 32
@@ -145,6 +190,14 @@ SUBSETS = {"easy": (0.3, 0.6), "hard": (0.0, 1 / 16), "extremely_hard": (0.0, 0.
 
 
 class DataConfig(Strict):
+    bounds = {
+        "n_train": COUNT,
+        "max_len": COUNT,
+        "self_play_k": COUNT,
+        "self_play_temperature": POSITIVE,
+        "max_new_tokens": COUNT,
+    }
+
     n_train: int | None = 512  # training prompts (None: the whole train split)
     max_len: int = 256
     self_play_k: int = 16  # samples per prompt for preference pairs (reference study: 16)
@@ -203,6 +256,20 @@ class LrScaling(Strict):
 
 
 class TrainConfig(Strict):
+    bounds = {
+        "epochs": COUNT,
+        "batch_size": COUNT,
+        "grad_accum": COUNT,
+        "lr": POSITIVE,
+        "warmup_ratio": FRACTION,
+        "warmup_steps": NON_NEGATIVE,
+        "min_lr_ratio": FRACTION,
+        "weight_decay": NON_NEGATIVE,
+        "max_grad_norm": POSITIVE,
+        "log_every": COUNT,
+        "max_steps": COUNT,
+    }
+
     epochs: int = 1
     batch_size: int = 8  # per process, per micro-step (online: prompts, each with its n rollouts)
     grad_accum: int = 1  # offline only: online, one rollout batch is one optimiser step
@@ -246,6 +313,19 @@ class CollapseConfig(Strict):
 
 class OnlineConfig(Strict):
     """Online RL knobs: compute C = prompts_per_batch * n * rounds rollouts."""
+
+    bounds = {
+        "n": COUNT,
+        "prompts_per_batch": COUNT,
+        "rounds": COUNT,
+        "inner_epochs": COUNT,
+        "sync_every": COUNT,
+        "queue_size": COUNT,
+        "temperature": POSITIVE,
+        "max_new_tokens": COUNT,
+        "pair_refresh_every": COUNT,
+        "n_prompts": COUNT,
+    }
 
     n: int = 8  # rollouts per prompt
     prompts_per_batch: int = 8  # B_p
@@ -308,6 +388,17 @@ class OnlineConfig(Strict):
 
 
 class EvalConfig(Strict):
+    bounds = {
+        "n_test": COUNT,
+        "n_ood": NON_NEGATIVE,
+        "max_new_tokens": COUNT,
+        "k": NON_NEGATIVE,
+        "n_samples": COUNT,
+        "n_sampled": NON_NEGATIVE,
+        "temperature": POSITIVE,
+        "batch_size": COUNT,
+    }
+
     n_test: int | None = 500  # None: the whole test split
     n_ood: int = 500
     max_new_tokens: int = 64
@@ -333,6 +424,8 @@ class EvalConfig(Strict):
 class Seeds(Strict):
     """Independent seeds. Unset ones derive from the run seed (see :meth:`RunConfig.seeds`)."""
 
+    bounds = {"data": SEED, "init": SEED, "sampling": SEED, "eval": SEED}
+
     data: int | None = None  # training-example order
     init: int | None = None  # model/LoRA/value-head initialisation
     sampling: int | None = None  # self-play and rollout sampling
@@ -340,6 +433,8 @@ class Seeds(Strict):
 
 
 class RunConfig(Strict):
+    bounds = {"seed": SEED}
+
     grid: str = "adhoc"
     method: str = "sft"
     seed: int = 0
@@ -355,6 +450,11 @@ class RunConfig(Strict):
     # oxbench.grid.expand): with scale, method and LoRA they name the cell's arm. Not part of the
     # run_id or the config hash, so the same config keeps its id whichever grid it came from.
     arm_keys: list[str] = []
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_is_a_directory_name(cls, grid: str) -> str:
+        return check_dir_name(grid, "grid")
 
     @model_validator(mode="after")
     def _resolve(self):
@@ -429,6 +529,10 @@ def format_validation_error(exc: ValidationError, where: str, model: type[BaseMo
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"]
+    named = re.match(r"Value error, field (\w+): (.*)", msg)
+    if named:  # a Strict block's range check names its field: put it on the path
+        loc, msg = ".".join(p for p in (loc, named.group(1)) if p), named.group(2)
+    msg = msg.removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         known = _known_keys(model, err["loc"][:-1])
         close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from oxbench.config import RunConfig, format_validation_error, micro_batches_per_rank
+from oxbench.config import RunConfig, check_dir_name, format_validation_error, micro_batches_per_rank
 
 ALIASES = {"scale": "model.name", "lora": "model.lora.enabled"}
 
@@ -71,6 +71,11 @@ class GridFile(BaseModel):
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     scales: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _a_directory_name(cls, name: str) -> str:
+        return check_dir_name(name, "name")
 
 
 def _set(d: dict, dotted: str, value) -> None:
@@ -126,12 +131,38 @@ def _coerce(path: str, value):
     return value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """The safe loader, except that a key given twice in one mapping is an error, not last-wins."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path, what: str):
-    """Parse a YAML (or JSON) file; a missing file or a syntax error is one line naming the file."""
+    """Parse a YAML (or JSON) file; a missing file, a directory, bytes that are not UTF-8, a syntax
+    error or a duplicate key is one line naming the file."""
     if not path.exists():
         raise GridError(f"{path}: {what} not found")
+    if not path.is_file():
+        raise GridError(f"{path}: {what} is a directory, not a file")
     try:
-        return yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GridError(
+            f"{path}: {what} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise GridError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""
@@ -203,11 +234,26 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
         cells.append(cfg)
     if not cells:
         raise GridError(f"{where}: budget.constraints leave no cell")
+    _check_overrides_match(grid, cells, where)
     ids = [c.run_id() for c in cells]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
     return cells
+
+
+def _check_overrides_match(grid: GridFile, cells: list[RunConfig], where: str) -> None:
+    """A per-method or per-scale override that no cell uses is a typo or a stale block: an error."""
+    for section, used in (("methods", {c.method for c in cells}), ("scales", {c.model.name for c in cells})):
+        for key in getattr(grid, section):
+            if key not in used:
+                close = difflib.get_close_matches(str(key), sorted(used), n=1)
+                hint = (
+                    f"; did you mean {close[0]!r}?"
+                    if close
+                    else f" (the cells have: {', '.join(sorted(used))})"
+                )
+                raise GridError(f"{where}: {section}.{key} matches no cell{hint}")
 
 
 def _apply_budget(raw: dict, budget: Budget, where: str) -> str | None:
@@ -361,9 +407,11 @@ def _check_arith_sizes(n_ops: int, max_operand: int, n_train: int | None, n_test
 def load_run_config(path: str | Path) -> RunConfig:
     """A single-cell YAML or JSON file (a RunConfig)."""
     path = Path(path)
-    raw = _read_yaml(path, "config file") or {}
-    if not isinstance(raw, dict):
-        raise GridError(f"{path}: a run config must be a mapping of sections (model, task, train, ...)")
+    raw = _read_yaml(path, "config file")
+    if not isinstance(raw, dict) or not raw:
+        raise GridError(
+            f"{path}: a run config must be a non-empty mapping of sections (method, model, train, ...)"
+        )
     try:
         cfg = RunConfig(**raw)
     except ValidationError as exc:

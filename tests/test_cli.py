@@ -96,7 +96,7 @@ def test_malformed_run_config(tmp_path):
 
 def test_run_config_that_is_not_a_mapping(tmp_path):
     cfg = write(tmp_path, "c.yaml", "- sft\n- dpo\n")
-    one_line_error(runner.invoke(app, ["run", "--config", str(cfg)]), "c.yaml", "must be a mapping")
+    one_line_error(runner.invoke(app, ["run", "--config", str(cfg)]), "c.yaml", "must be a non-empty mapping")
 
 
 def test_missing_grid_file(tmp_path):

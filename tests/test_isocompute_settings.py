@@ -41,7 +41,7 @@ def test_lr_scaling_offline_counts_examples_per_step():
     "train,match",
     [
         ({"lr_scaling": {"rule": "sqrt"}}, "needs base_lr > 0"),
-        ({"lr_scaling": {"rule": "sqrt", "base_lr": float("nan")}}, "needs base_lr > 0"),
+        ({"lr_scaling": {"rule": "sqrt", "base_lr": float("nan")}}, "finite number"),
         ({"lr": 1e-3, "lr_scaling": {"rule": "sqrt", "base_lr": 1e-6}}, "given beside train.lr_scaling"),
         ({"lr_scaling": {"rule": "cube", "base_lr": 1e-6}}, "rule"),
     ],

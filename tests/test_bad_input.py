@@ -1,0 +1,127 @@
+"""Bad input found by the adversarial pass of issue 16, each a one-line error naming the file and the
+field, exit code 2, before any work: files that are not UTF-8 text or not files, duplicate YAML keys,
+values out of range, NaN or of the wrong type, names that would become paths outside --out,
+overrides that match no cell, and the command line's own options."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli import grid, micro_cell, one_line_error, runner, write
+
+from oxbench.cli import app
+
+
+def plan(path, *extra):
+    return runner.invoke(app, ["run", "--grid", str(path), "--plan", *extra])
+
+
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        (b"\xff\xfe\x00n\x00a", "byte 0xff at offset 0"),  # UTF-16 with its byte-order mark
+        (b"name: caf\xe9\n", "byte 0xe9 at offset 9"),  # Latin-1
+        (b"\x00\x01\x02\x89PNG", "byte 0x89"),  # binary
+    ],
+)
+def test_a_grid_that_is_not_utf8(tmp_path, raw, needle):
+    p = tmp_path / "g.yaml"
+    p.write_bytes(raw)
+    one_line_error(plan(p), "g.yaml", "not UTF-8", needle)
+
+
+def test_a_grid_path_that_is_a_directory(tmp_path):
+    (tmp_path / "g.yaml").mkdir()
+    one_line_error(plan(tmp_path / "g.yaml"), "g.yaml", "is a directory")
+
+
+def test_duplicate_yaml_keys_are_an_error_not_last_wins(tmp_path):
+    p = write(tmp_path, "g.yaml", "name: a\nbase: {train: {lr: 1.0e-3, lr: 1.0e-4}}\naxes: {seed: [0]}\n")
+    one_line_error(plan(p), "g.yaml", "duplicate key 'lr'", "line 2")
+
+
+@pytest.mark.parametrize(
+    "section,value,needle",
+    [
+        ("train", {"lr": -1e-3}, "'train.lr': must be > 0"),
+        ("train", {"lr": float("nan")}, "'train.lr': Input should be a finite number"),
+        ("train", {"lr": float("inf")}, "'train.lr': Input should be a finite number"),
+        ("train", {"batch_size": 0}, "'train.batch_size': must be >= 1"),
+        ("train", {"epochs": -1}, "'train.epochs': must be >= 1"),
+        ("train", {"grad_accum": 0}, "'train.grad_accum': must be >= 1"),
+        ("train", {"warmup_ratio": 1.5}, "'train.warmup_ratio': must be in [0, 1]"),
+        ("task", {"steps": 0}, "'task.steps'"),
+        ("online", {"n": 0}, "'online.n': must be >= 1"),
+        ("online", {"temperature": 0.0}, "'online.temperature': must be > 0"),
+        ("eval", {"n_test": 0}, "'eval.n_test': must be >= 1"),
+        ("model", {"lora": {"r": 0}}, "'model.lora.r': must be >= 1"),
+        ("train", {"lr": "fast"}, "'train.lr': Input should be a valid number"),
+    ],
+)
+def test_values_out_of_range_nan_or_of_the_wrong_type(tmp_path, micro_model_dir, section, value, needle):
+    base = micro_cell(micro_model_dir)
+    base[section] = {**base.get(section, {}), **value}
+    one_line_error(plan(write(tmp_path, "g.yaml", grid(micro_model_dir, base=base))), "g.yaml", needle)
+
+
+def test_a_seed_beyond_32_bits(tmp_path, micro_model_dir):
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"seed": [2**32]}))
+    one_line_error(plan(p), "'seed': must be in [0, 4294967295]")
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", ""])
+def test_a_grid_name_that_would_leave_out(tmp_path, micro_model_dir, name):
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir, name=name))
+    one_line_error(plan(p, "--out", str(tmp_path / "out")), "g.yaml", "'name'", "directory name")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_run_config_is_not_every_default(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("")
+    one_line_error(runner.invoke(app, ["run", "--config", str(p), "--plan"]), "c.yaml", "non-empty mapping")
+
+
+@pytest.mark.parametrize(
+    "section,key,needle",
+    [
+        ("methods", "simpo", "methods.simpo matches no cell"),
+        ("scales", "tiny-mm", "scales.tiny-mm matches no cell"),
+    ],
+)
+def test_an_override_that_matches_no_cell(tmp_path, micro_model_dir, section, key, needle):
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir, **{section: {key: {"loss": {"beta": 0.2}}}}))
+    one_line_error(plan(p), "g.yaml", needle)
+
+
+@pytest.mark.parametrize(
+    "option,needle",
+    [
+        (["--workers", "0"], "--workers: must be >= 1"),
+        (["--workers", "-2"], "--workers: must be >= 1"),
+        (["--nproc", "0"], "--nproc: must be >= 1"),
+        (["--executor", "slurn"], "did you mean 'slurm'"),
+    ],
+)
+def test_command_line_options_before_the_plan(tmp_path, micro_model_dir, option, needle):
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir))
+    r = plan(p, *option)
+    one_line_error(r, needle)
+    assert "plan:" not in r.output
+
+
+def test_out_that_is_a_file(tmp_path, micro_model_dir):
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir))
+    (tmp_path / "afile").write_text("")
+    one_line_error(plan(p, "--out", str(tmp_path / "afile")), "is not a directory")
+
+
+def test_every_committed_recipe_still_validates():
+    """The new bounds and checks reject no grid the project ships."""
+    from pathlib import Path
+
+    from oxbench.grid import expand, load_grid
+
+    recipes = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
+    assert recipes
+    for path in recipes:
+        assert expand(load_grid(path), str(path)), path
