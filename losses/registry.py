@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -129,6 +130,8 @@ class LossSpec:
                 f"loss {self.name!r}: unknown hyper-parameter {key!r}{_did_you_mean(key, self.defaults)}"
                 f" (known: {', '.join(sorted(self.defaults)) or 'none'})"
             )
+        for key, value in overrides.items():
+            _check_hparam_type(self.name, key, value, self.defaults[key])
         return {**self.defaults, **overrides}
 
     def uses_reference(self, hparams: dict[str, Any]) -> bool:
@@ -233,6 +236,24 @@ def check_signature(spec: LossSpec, origin: str = "register()") -> None:
         )
 
 
+def _check_hparam_type(loss: str, key: str, value: Any, default: Any) -> None:
+    """An override has its default's kind: a bool for a bool, a finite number for a number, a string
+    for a string (a ``None`` default takes anything)."""
+    if default is None:
+        return
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool), "true or false"
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        kind = "a finite number"
+    elif isinstance(default, str):
+        ok, kind = isinstance(value, str), "a string"
+    else:
+        return
+    if not ok:
+        raise LossError(f"loss {loss!r}: hyper-parameter {key!r} must be {kind}, got {value!r}")
+
+
 def register(spec: LossSpec, *, origin: str = "register()") -> LossSpec:
     """Add a spec. A second spec under the same name is an error naming both origins; so is a
     spec whose ``fn`` signature does not match its ``defaults`` (:func:`check_signature`)."""
@@ -241,6 +262,11 @@ def register(spec: LossSpec, *, origin: str = "register()") -> LossSpec:
     check_signature(spec, origin)
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise LossError(f"duplicate loss {spec.name!r}: from {_ORIGIN[spec.name]} and from {origin}")
+    eps = _entry_points().get(spec.name, [])
+    if eps and not origin.startswith("distribution "):  # a built-in or installed loss not yet imported
+        raise LossError(
+            f"duplicate loss {spec.name!r}: from {origin} and from distribution {_dist_name(eps[0])}"
+        )
     _REGISTRY[spec.name] = spec
     _ORIGIN[spec.name] = origin
     return spec

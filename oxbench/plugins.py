@@ -17,17 +17,30 @@ def load_plugins(modules: list[str]) -> list[str]:
     for mod in modules:
         try:
             module = importlib.import_module(mod)
+        except SystemExit as exc:  # not a way to end oxbench: sys.exit(0) would exit 0 silently
+            raise losses.LossError(f"plugin {mod!r} called sys.exit({exc.code!r}) on import") from None
         except Exception as exc:
             raise losses.LossError(f"plugin {mod!r} failed to import: {type(exc).__name__}: {exc}") from exc
         specs = [v for v in vars(module).values() if isinstance(v, losses.LossSpec)]
         if not specs:
             raise losses.LossError(f"plugin {mod!r} defines no losses.LossSpec")
         for spec in specs:
+            if _installed(spec):  # a built-in or installed spec the module imported, not its own
+                continue
             losses.register(spec, origin=f"--plugin {mod}")
             added.append(spec.name)
     if modules:
         os.environ["OXBENCH_PLUGINS"] = ",".join(modules)
     return added
+
+
+def _installed(spec: losses.LossSpec) -> bool:
+    if spec.name not in losses.names():
+        return False
+    try:
+        return losses.get(spec.name) is spec
+    except losses.LossError:
+        return False
 
 
 def load_env_plugins() -> None:

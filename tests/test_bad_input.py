@@ -125,3 +125,43 @@ def test_every_committed_recipe_still_validates():
     assert recipes
     for path in recipes:
         assert expand(load_grid(path), str(path)), path
+
+
+@pytest.mark.parametrize("beta,needle", [("high", "must be a finite number, got 'high'"), (True, "got True")])
+def test_a_loss_hyperparameter_of_the_wrong_type(tmp_path, micro_model_dir, beta, needle):
+    p = write(
+        tmp_path,
+        "g.yaml",
+        grid(micro_model_dir, axes={"method": ["dpo"]}, methods={"dpo": {"loss": {"beta": beta}}}),
+    )
+    one_line_error(plan(p), "g.yaml", "hyper-parameter 'beta'", needle)
+
+
+def test_a_plugin_that_exits_on_import_is_an_error_not_a_silent_exit_0(
+    tmp_path, micro_model_dir, monkeypatch
+):
+    (tmp_path / "exiting_plugin.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("OXBENCH_PLUGINS", raising=False)
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir))
+    one_line_error(plan(p, "--plugin", "exiting_plugin"), "plugin 'exiting_plugin' called sys.exit(0)")
+
+
+def test_a_plugin_that_shadows_a_built_in_is_an_error(tmp_path, micro_model_dir, monkeypatch):
+    """Before the built-in is imported (a fresh process imports none): the plugin's dpo would have
+    taken the built-in's place and its run_ids."""
+    from losses import registry
+
+    (tmp_path / "shadow_plugin.py").write_text(
+        "import dataclasses\nfrom losses.sft import spec as sft\nspec = dataclasses.replace(sft, name='dpo')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("OXBENCH_PLUGINS", raising=False)
+    monkeypatch.delitem(registry._REGISTRY, "dpo", raising=False)
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir))
+    one_line_error(
+        plan(p, "--plugin", "shadow_plugin"),
+        "duplicate loss 'dpo'",
+        "--plugin shadow_plugin",
+        "distribution oxbench",
+    )
