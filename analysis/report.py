@@ -40,6 +40,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -94,7 +95,9 @@ def write_report(
     """Write ``directory/report.html`` (see :func:`render_report`) and return its path."""
     html = render_report(directory, baseline=baseline, metric=metric, correction=correction, alpha=alpha)
     path = Path(directory) / "report.html"
-    path.write_text(html, encoding="utf-8")
+    tmp = path.with_name(f".report.html.{os.getpid()}.tmp")  # atomic: a reader never sees half a report
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
     return path
 
 

@@ -53,8 +53,11 @@ def _load_plugins(plugins: list[str]) -> None:
 
 
 def _status(cfg, out: Path) -> str:
-    rec = read_record(run_dir(out, cfg.grid, cfg.run_id()))
-    return rec["status"] if rec else "todo"
+    d = run_dir(out, cfg.grid, cfg.run_id())
+    rec = read_record(d)
+    if rec is None:  # an unreadable record (truncated, binary, not an object) runs again
+        return "corrupt" if (d / "run.json").exists() else "todo"
+    return rec["status"]
 
 
 def _estimate_seconds(cfg) -> float:
@@ -363,8 +366,10 @@ def report(
     ),
 ):
     """Write DIRECTORY/report.html from the run records under it."""
-    if not directory.exists():
+    if not directory.is_dir():
         fail(f"{directory}: no such results directory")
+    if (directory / "report.html").exists() and not (directory / "report.html").is_file():
+        fail(f"{directory / 'report.html'}: exists and is not a file")
     from analysis.report import write_report
 
     try:

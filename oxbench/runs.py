@@ -39,13 +39,16 @@ def run_dir(out: Path, grid: str, run_id: str) -> Path:
 
 
 def read_record(path: Path) -> dict | None:
+    """The run's record, or None when there is none or it cannot be one (truncated, binary, not a JSON
+    object, a directory): a cell whose record is unreadable is not finished, and runs again."""
     f = Path(path) / "run.json"
     if not f.exists():
         return None
     try:
-        return json.loads(f.read_text())
-    except json.JSONDecodeError:
+        rec = json.loads(f.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("status"), str) else None
 
 
 def write_record(path: Path, record: RunRecord | dict) -> None:

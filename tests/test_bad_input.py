@@ -165,3 +165,25 @@ def test_a_plugin_that_shadows_a_built_in_is_an_error(tmp_path, micro_model_dir,
         "--plugin shadow_plugin",
         "distribution oxbench",
     )
+
+
+@pytest.mark.parametrize("content", [b"\x00\xff\x01", b'"just a string"', b'{"status": 3}', b'{"trunc'])
+def test_an_unreadable_record_is_not_finished_and_runs_again(tmp_path, micro_model_dir, content):
+    """Resuming meets a binary, string, wrongly typed or truncated run.json: the plan says
+    ``corrupt`` and counts the cell to run, instead of a traceback."""
+    from oxbench.grid import expand, load_grid
+    from oxbench.runs import run_dir
+
+    p = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["sft"], "seed": [0]}))
+    (cell,) = expand(load_grid(p), str(p))
+    d = run_dir(tmp_path / "out", cell.grid, cell.run_id())
+    d.mkdir(parents=True)
+    (d / "run.json").write_bytes(content)
+    r = plan(p, "--out", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    assert "corrupt" in r.output and "to run 1" in r.output
+
+
+def test_a_report_path_that_is_a_directory(tmp_path):
+    (tmp_path / "res" / "report.html").mkdir(parents=True)
+    one_line_error(runner.invoke(app, ["report", str(tmp_path / "res")]), "report.html", "is not a file")
