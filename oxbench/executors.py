@@ -137,6 +137,11 @@ class WarmWorker:
         if self.cells >= self.max_cells or rss_mb > self.max_growth * self.first_rss:
             self.close()
 
+    def interrupt(self) -> None:
+        """End the running cell now (SIGTERM: the cell records its failure and exits)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
@@ -278,8 +283,9 @@ def run_local(
         return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, out, share))) for c in group]
 
     idle: queue.Queue[WarmWorker] = queue.Queue()
-    for _ in range(max(1, workers)):
-        idle.put(WarmWorker(workers))
+    slots = [WarmWorker(workers) for _ in range(max(1, workers))]
+    for w in slots:
+        idle.put(w)
 
     def run_cell_process(c: RunConfig) -> dict:
         if nproc > 1 or not warm:  # a torchrun world, or asked for: a fresh process per cell
@@ -290,28 +296,34 @@ def run_local(
         finally:
             idle.put(w)
 
+    results = []
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
-        results = []
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            pending = {pool.submit(prepare, g): ("prepare", m) for m, g in groups.items()}
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    kind, item = pending.pop(fut)
-                    if kind == "prepare":
-                        for c, secs, err in fut.result():
-                            if on_prepared:
-                                on_prepared(c, secs, err)
-                        for c in by_model[item]:
-                            pending[pool.submit(run_cell_process, c)] = ("cell", c)
-                        continue
-                    rec = fut.result()
-                    results.append(rec)
-                    if on_done:
-                        on_done(item, rec)
+        pending = {pool.submit(prepare, g): ("prepare", m) for m, g in groups.items()}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                kind, item = pending.pop(fut)
+                if kind == "prepare":
+                    for c, secs, err in fut.result():
+                        if on_prepared:
+                            on_prepared(c, secs, err)
+                    for c in by_model[item]:
+                        pending[pool.submit(run_cell_process, c)] = ("cell", c)
+                    continue
+                rec = fut.result()
+                results.append(rec)
+                if on_done:
+                    on_done(item, rec)
+    except BaseException:  # Ctrl-C (or an error): stop the grid now, not after every queued cell
+        pool.shutdown(wait=False, cancel_futures=True)  # queued cells never start
+        for w in slots:
+            w.interrupt()  # running cells end; their records say failed, so a rerun resumes them
+        raise
     finally:
-        while not idle.empty():
-            idle.get().close()
+        pool.shutdown(wait=True)
+        for w in slots:
+            w.close()
     return results
 
 

@@ -203,3 +203,55 @@ def test_a_lone_preparation_gets_every_core(monkeypatch, tmp_path):
     cells = [RunConfig(method="sft", model={"name": m}) for m in ("tiny-xs", "tiny-s")]
     executors.run_local(cells, tmp_path, workers=2)
     assert shares == [2, 2]
+
+
+SLOW_PLUGIN = """
+import time
+
+from losses import LossSpec
+from losses.sft import spec as sft
+
+
+def slow_sft(inputs):
+    time.sleep(1.0)  # a cell of 6 steps takes 6 s or more: long enough to be interrupted
+    return sft.fn(inputs)
+
+
+spec = LossSpec(name="slow_sft", fn=slow_sft, paradigm="sft", data="sft", needs_reference=False,
+                paper="none", description="sft, slowly (tests only)")
+"""
+
+
+def test_ctrl_c_stops_the_grid_within_seconds_and_leaves_it_resumable(tmp_path, micro_model_dir):
+    """Ctrl-C used to record the running cell failed and then train every queued cell to the end with
+    no output (issue 16). Now the queued cells never start, the running one ends at once, and a rerun
+    plans every unfinished cell."""
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    g = yaml.safe_load(micro_grid(tmp_path, micro_model_dir, seeds=(0, 1, 2, 3)).read_text())
+    g["axes"]["method"] = ["slow_sft"]
+    g["base"]["train"]["max_steps"] = 6
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump(g))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+    proc = subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(r.get("status") == "running" for r in records(out).values()):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    finished_before = {k for k, r in records(out).items() if r["status"] == "finished"}
+    start = time.time()
+    proc.send_signal(signal.SIGINT)  # to the grid's process only, as `kill -INT` would
+    proc.wait(timeout=120)
+    assert time.time() - start < 15, "the grid did not stop within seconds"
+    assert proc.returncode != 0
+    after = records(out)
+    assert {k for k, r in after.items() if r["status"] == "finished"} == finished_before  # nothing ran on
+    assert not any(r["status"] == "running" for r in after.values())
+    plan = oxbench(
+        "run", "--grid", str(grid), "--out", str(out), "--plan", "--plugin", "slow_plugin", env=env
+    )
+    unfinished = 4 - sum(r["status"] == "finished" for r in after.values())
+    assert f"to run {unfinished}" in plan.stdout, plan.stdout + plan.stderr
