@@ -18,7 +18,7 @@ from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.plugins import load_env_plugins
 from oxbench.runner import run_cell
-from oxbench.runs import run_dir
+from oxbench.runs import read_record, run_dir
 
 
 def main(argv: list[str]) -> int:
@@ -47,6 +47,10 @@ def run_locked(cfg: RunConfig, out: Path) -> dict | None:
             except BlockingIOError:
                 print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
                 return None
+            done = read_record(d)
+            if done is not None and done["status"] == "finished":  # another process finished it since
+                return done  # this one planned: never train a cell twice
+            (d / "train.log").open("w").close()  # this run's log starts afresh (opened for append)
         rec = run_cell(cfg, out, verbose=False)
     if rec["status"] != "finished":
         print(f"run {rec['run_id']} failed: {rec['error']}", file=sys.stderr)

@@ -226,7 +226,12 @@ def run(
     records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
     done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
     out_console.print(summary_table(done, f"{g.name}: accuracy (%) mean ± std over seeds"))
-    failed = [r for r in records if r.get("status") != "finished"]
+    failed = [r for r in records if r.get("status") not in ("finished", "locked")]
+    elsewhere = [r["run_id"] for r in records if r.get("status") == "locked"]
+    if elsewhere:
+        err_console.print(
+            f"{len(elsewhere)} cell(s) were running in another oxbench process: {', '.join(elsewhere)}"
+        )
     for r in failed:
         err_console.print(
             f"[red]failed[/red] {r.get('run_id')}: {r.get('error')}", highlight=False, soft_wrap=True

@@ -58,7 +58,7 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
     d = run_dir(out, cfg.grid, cfg.run_id())
     cfg_file = _config_file(cfg, d)
     try:
-        with open(d / "train.log", "w") as log:
+        with open(d / "train.log", "a") as log:  # the cell truncates it once it holds the run's lock
             proc = subprocess.run(
                 cell_command(cfg_file, out, nproc),
                 stdout=log,
@@ -68,7 +68,17 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
             )
     finally:
         cfg_file.unlink(missing_ok=True)
+    if proc.returncode == LOCKED_EXIT:
+        return locked_record(cfg)
     return _outcome(cfg, out, f"process exited with code {proc.returncode}: {_log_tail(d)}")
+
+
+LOCKED_EXIT = 3  # oxbench.cell's exit code when another process holds the run's lock
+
+
+def locked_record(cfg: RunConfig) -> dict:
+    """What a cell that another process is running returns here: nothing written, nothing failed."""
+    return {"run_id": cfg.run_id(), "status": "locked", "error": "running in another process"}
 
 
 def _log_tail(d: Path) -> str:
@@ -128,7 +138,10 @@ class WarmWorker:
             code = self.proc.wait()
             self.proc = None
             return failed_record(cfg, out, f"worker process exited with code {code}: {_log_tail(d)}")
-        self._maybe_retire(json.loads(reply)["rss_mb"])
+        reply = json.loads(reply)
+        self._maybe_retire(reply["rss_mb"])
+        if reply["status"] == "locked":
+            return locked_record(cfg)
         return _outcome(cfg, out, "the cell ended without recording an outcome")
 
     def _maybe_retire(self, rss_mb: float) -> None:

@@ -38,7 +38,7 @@ def _redirected(log: str, job: dict) -> dict:
     """Run ``job`` with fds 1 and 2 sent to ``log``; restore them after."""
     saved = os.dup(1), os.dup(2)
     sys.stdout.flush(), sys.stderr.flush()
-    with open(log, "w") as f:
+    with open(log, "a") as f:  # the cell truncates it once it holds the run's lock (oxbench.cell)
         os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
         try:
             return run_job(job)
