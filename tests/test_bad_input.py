@@ -190,3 +190,26 @@ def test_an_unreadable_record_is_not_finished_and_runs_again(tmp_path, micro_mod
 def test_a_report_path_that_is_a_directory(tmp_path):
     (tmp_path / "res" / "report.html").mkdir(parents=True)
     one_line_error(runner.invoke(app, ["report", str(tmp_path / "res")]), "report.html", "is not a file")
+
+
+def test_nothing_a_user_can_place_is_unpickled():
+    """Security (issue 16): no ``pickle`` and no ``torch.load`` without ``weights_only=True`` in the
+    package, and YAML only through the safe loader: a cache file, a checkpoint or a plugin's data is
+    read as data, never run as code."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    offending = []
+    for path in [*root.glob("oxbench/**/*.py"), *root.glob("losses/**/*.py"), *root.glob("analysis/**/*.py")]:
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#")[0]
+            if (
+                re.search(r"\bimport pickle\b|\bpickle\.load|yaml\.(unsafe_)?load\(|yaml\.Loader\b", code)
+                and "SafeLoader" not in code
+                and "_UniqueKeyLoader" not in code
+            ):
+                offending.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+            if "torch.load(" in code and "weights_only=True" not in code:
+                offending.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+    assert offending == []

@@ -66,7 +66,7 @@ class RefCache:
         )
         path = Path(cache_root()) / "ref" / f"ref-{key}.pt"
         if path.exists():
-            return cls(torch.load(path), key)
+            return cls(torch.load(path, weights_only=True), key)  # a cache file is data, never code
         was_training = model.training
         model.eval()
         table: dict[str, dict[str, list[float]]] = {e["id"]: {} for e in examples}
