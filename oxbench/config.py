@@ -41,7 +41,7 @@ class Strict(BaseModel):
                 continue
             low = lo is not None and (value <= lo if open_lo else value < lo)
             if low or (hi is not None and value > hi):
-                raise ValueError(f"field {name}: must be {_range_text(lo, hi, open_lo)}, got {value!r}")
+                raise ValueError(f"{name} must be {_range_text(lo, hi, open_lo)}, got {value!r}")
         return self
 
     @model_validator(mode="before")
@@ -196,6 +196,7 @@ class DataConfig(Strict):
         "self_play_k": COUNT,
         "self_play_temperature": POSITIVE,
         "max_new_tokens": COUNT,
+        "difficulty_k": COUNT,
     }
 
     n_train: int | None = 512  # training prompts (None: the whole train split)
@@ -224,18 +225,13 @@ class DataConfig(Strict):
             raise ValueError(f"subset shares must sum to 1, got {sum(shares.values()):g}")
         return v
 
-    @field_validator("difficulty_k")
-    @classmethod
-    def _k_positive(cls, v):
-        if v < 1:
-            raise ValueError(f"difficulty_k must be >= 1, got {v}")
-        return v
-
 
 class LrScaling(Strict):
     """``train.lr`` from the batch size: ``base_lr * (B / base_batch) ** p`` with p = 1/2 (sqrt, the
     IsoCompute rule) or 1 (linear); B is rollouts per optimiser step online (B_p * n), examples per
     step offline. Resolved when the config is built, so ``train.lr`` in ``run.json`` is the LR used."""
+
+    bounds = {"base_batch": COUNT}
 
     rule: Literal["none", "sqrt", "linear"] = "none"
     base_lr: float | None = None
@@ -247,8 +243,6 @@ class LrScaling(Strict):
             self.base_lr is None or not math.isfinite(self.base_lr) or self.base_lr <= 0
         ):
             raise ValueError(f"lr_scaling rule {self.rule!r} needs base_lr > 0, got {self.base_lr}")
-        if self.base_batch < 1:
-            raise ValueError(f"base_batch must be >= 1, got {self.base_batch}")
         return self
 
     def lr(self, batch: int) -> float:
@@ -291,6 +285,8 @@ class TrainConfig(Strict):
 class CollapseConfig(Strict):
     """When an online run counts as collapsed (oxbench/engine/collapse.py)."""
 
+    bounds = {"window": COUNT, "verified_drop": (0, 1, True)}
+
     reward_fraction: float = (
         0.5  # mean reward of the last `window` rounds below this share of the first `window`'s
     )
@@ -300,14 +296,8 @@ class CollapseConfig(Strict):
 
     @model_validator(mode="after")
     def _ranges(self):
-        if not (math.isfinite(self.reward_fraction) and 0 < self.reward_fraction < 1):
+        if not 0 < self.reward_fraction < 1:  # open at both ends, which bounds cannot say
             raise ValueError(f"reward_fraction must lie in (0, 1), got {self.reward_fraction}")
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
-        if self.verified_drop is not None and not (
-            math.isfinite(self.verified_drop) and 0 < self.verified_drop <= 1
-        ):
-            raise ValueError(f"verified_drop must lie in (0, 1], got {self.verified_drop}")
         return self
 
 
@@ -378,8 +368,6 @@ class OnlineConfig(Strict):
             )
         if self.source == "sync" and self.staleness:
             raise ValueError("online.staleness needs online.source 'delayed' or 'async'")
-        if self.queue_size < 1:
-            raise ValueError(f"online.queue_size must hold at least one round (batch), got {self.queue_size}")
         return self
 
     def rollouts(self) -> int:
@@ -397,6 +385,8 @@ class EvalConfig(Strict):
         "n_sampled": NON_NEGATIVE,
         "temperature": POSITIVE,
         "batch_size": COUNT,
+        "every": COUNT,
+        "n_val": COUNT,
     }
 
     n_test: int | None = 500  # None: the whole test split
@@ -412,13 +402,6 @@ class EvalConfig(Strict):
     every: int | None = added(None)
     n_val: int = added(100)
     backend: Literal["hf", "lean"] = added("hf")  # generation for evaluation (lean: oxbench's decode loop)
-
-    @field_validator("every", "n_val")
-    @classmethod
-    def _positive(cls, v, info):
-        if v is not None and v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
 
 
 class Seeds(Strict):
@@ -529,8 +512,9 @@ def format_validation_error(exc: ValidationError, where: str, model: type[BaseMo
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     msg = err["msg"]
-    named = re.match(r"Value error, field (\w+): (.*)", msg)
-    if named:  # a Strict block's range check names its field: put it on the path
+    named = re.match(r"Value error, (\w+) (must be .*)", msg)
+    if named and named.group(1) != str(err["loc"][-1] if err["loc"] else ""):
+        # a block's own check (Strict.bounds) names its field: put the field on the path
         loc, msg = ".".join(p for p in (loc, named.group(1)) if p), named.group(2)
     msg = msg.removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
