@@ -254,6 +254,15 @@ def _check_hparam_type(loss: str, key: str, value: Any, default: Any) -> None:
         raise LossError(f"loss {loss!r}: hyper-parameter {key!r} must be {kind}, got {value!r}")
 
 
+def _check_no_entry_point(name: str, origin: str) -> None:
+    """A spec from ``origin`` other than a distribution may not take a name an entry point declares."""
+    if origin.startswith("distribution "):
+        return
+    eps = _entry_points().get(name, [])
+    if eps:
+        raise LossError(f"duplicate loss {name!r}: from {origin} and from distribution {_dist_name(eps[0])}")
+
+
 def register(spec: LossSpec, *, origin: str = "register()") -> LossSpec:
     """Add a spec. A second spec under the same name is an error naming both origins; so is a
     spec whose ``fn`` signature does not match its ``defaults`` (:func:`check_signature`)."""
@@ -262,11 +271,7 @@ def register(spec: LossSpec, *, origin: str = "register()") -> LossSpec:
     check_signature(spec, origin)
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise LossError(f"duplicate loss {spec.name!r}: from {_ORIGIN[spec.name]} and from {origin}")
-    eps = _entry_points().get(spec.name, [])
-    if eps and not origin.startswith("distribution "):  # a built-in or installed loss not yet imported
-        raise LossError(
-            f"duplicate loss {spec.name!r}: from {origin} and from distribution {_dist_name(eps[0])}"
-        )
+    _check_no_entry_point(spec.name, origin)  # a built-in or installed loss, imported or not
     _REGISTRY[spec.name] = spec
     _ORIGIN[spec.name] = origin
     return spec
@@ -303,11 +308,7 @@ def _load_entry_point(name: str, eps: list) -> LossSpec:
 def get(name: str) -> LossSpec:
     """The spec called ``name``, importing its entry point on first use."""
     if name in _REGISTRY:
-        eps = _entry_points().get(name, [])
-        if eps and _ORIGIN[name] == "register()":
-            raise LossError(
-                f"duplicate loss {name!r}: from register() and from distribution {_dist_name(eps[0])}"
-            )
+        _check_no_entry_point(name, _ORIGIN[name])  # one installed after the spec was registered
         return _REGISTRY[name]
     eps = _entry_points().get(name)
     if not eps:
