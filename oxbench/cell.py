@@ -18,7 +18,7 @@ from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.plugins import load_env_plugins
 from oxbench.runner import run_cell
-from oxbench.runs import read_record, run_dir
+from oxbench.runs import LOCKED_EXIT, read_record, run_dir
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     rec = run_locked(RunConfig(**json.loads(Path(argv[0]).read_text())), Path(argv[1]))
     D.shutdown()
     if rec is None:
-        return 3
+        return LOCKED_EXIT
     return 0 if rec["status"] == "finished" else 1
 
 

@@ -241,10 +241,13 @@ def run(
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
 
 
+EXECUTORS = ("local", "ray", "slurm")  # checked by _check_run_options before _execute picks one
+
+
 def _check_run_options(executor: str, workers: int, nproc: int, out: Path) -> None:
     """The command line's own values, before the plan prints: one line each, exit 2."""
-    if executor not in ("local", "ray", "slurm"):
-        close = difflib.get_close_matches(executor, ["local", "ray", "slurm"], n=1)
+    if executor not in EXECUTORS:
+        close = difflib.get_close_matches(executor, EXECUTORS, n=1)
         fail(
             f"--executor: unknown executor {executor!r}"
             + (f"; did you mean {close[0]!r}?" if close else " (local, ray or slurm)")
@@ -310,7 +313,6 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
             )
         if executor == "slurm":
             return executors.run_slurm(todo, out, nproc=nproc, cluster=slurm_cluster, on_done=on_done)
-    fail(f"unknown executor {executor!r} (local, ray or slurm)")
 
 
 def _run_single(config: Path, out: Path, plan: bool) -> None:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from oxbench.config import RunConfig
 from oxbench.record import RunRecord
-from oxbench.runs import read_record, run_dir, write_record
+from oxbench.runs import LOCKED_EXIT, read_record, run_dir, write_record
 from oxbench.utils import content_hash, die_with_parent
 
 
@@ -71,9 +71,6 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
     if proc.returncode == LOCKED_EXIT:
         return locked_record(cfg)
     return _outcome(cfg, out, f"process exited with code {proc.returncode}: {_log_tail(d)}")
-
-
-LOCKED_EXIT = 3  # oxbench.cell's exit code when another process holds the run's lock
 
 
 def locked_record(cfg: RunConfig) -> dict:

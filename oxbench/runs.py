@@ -38,6 +38,9 @@ def run_dir(out: Path, grid: str, run_id: str) -> Path:
     return Path(out) / grid / run_id
 
 
+LOCKED_EXIT = 3  # a cell process's exit code when another process holds its run's lock (oxbench.cell)
+
+
 def read_record(path: Path) -> dict | None:
     """The run's record, or None when there is none or it cannot be one (truncated, binary, not a JSON
     object, a directory): a cell whose record is unreadable is not finished, and runs again."""
