@@ -437,8 +437,9 @@ class OnlineLoop:
                 experience, stats, gen_start = self.sample(rnd)
                 rewards = torch.tensor([r.reward for r in experience])
                 self.learn(rnd, experience, stats, rewards, gen_start)
-                if (res.collapse and self.detector.stop) or _collapsed(
-                    res, self.detector, self.version, reward=_mean_over_ranks(rewards)
+                if self.detector is not None and (  # off: no per-round gather of the rewards
+                    (res.collapse and self.detector.stop)
+                    or _collapsed(res, self.detector, self.version, reward=_mean_over_ranks(rewards))
                 ):
                     break
             if curve is not None:
