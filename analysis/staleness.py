@@ -37,12 +37,15 @@ STABILITY_COLUMNS = [
     "collapse_step",
     "reward",
     "accuracy",
+    "accuracy_flexible",
+    "base_accuracy_flexible",
 ]
 
 
 def load_stability(root: str | Path, *, reward: str = "reward_mean") -> pd.DataFrame:
     """One row per finished online run under ``root``: its lag S, LR, correction, seed, whether and
-    when it collapsed (``record.collapse``), its last logged ``reward`` and its final accuracy."""
+    when it collapsed (``record.collapse``), its last logged ``reward``, its final strict and flexible
+    accuracy and its base's flexible accuracy."""
     rows = []
     for rec in _records(root):
         if rec["status"] != "finished" or rec.get("paradigm") != "online":
@@ -59,7 +62,8 @@ def load_stability(root: str | Path, *, reward: str = "reward_mean") -> pd.DataF
                      "source": cfg["online"].get("source", "sync"), "seed": rec["seed"], "collapsed": collapse is not None,
                      "collapse_step": collapse["step"] if collapse else math.nan,
                      "reward": history[-1].get(reward, math.nan) if history else math.nan,
-                     "accuracy": (rec.get("metrics") or {}).get("accuracy", math.nan)})  # fmt: skip
+                     **{k: (rec.get("metrics") or {}).get(k, math.nan)
+                        for k in ("accuracy", "accuracy_flexible", "base_accuracy_flexible")}})  # fmt: skip
     return pd.DataFrame(rows, columns=STABILITY_COLUMNS)
 
 

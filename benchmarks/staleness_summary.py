@@ -12,8 +12,6 @@ S = 0) gives the on-policy collapse floor; the throughput grid gives rollouts pe
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -34,16 +32,8 @@ def degenerate(root: str) -> pd.DataFrame:
     """The post-hoc rule both the study and the random-reward control are judged by (a random reward
     never falls, so the reward rule cannot fire on the control): a finished run whose final flexible
     accuracy (the arithmetic, whatever the format) is below half its base's."""
-    rows = []
-    for path in sorted(Path(root).glob("*/run.json")):
-        rec = json.loads(path.read_text(encoding="utf-8"))
-        if rec["status"] != "finished":
-            continue
-        m = rec["metrics"]
-        rows.append({"S": rec["config"]["online"].get("staleness", 0), "lr": rec["config"]["train"]["lr"],
-                     "flexible": m["accuracy_flexible"], "base": m["base_accuracy_flexible"],
-                     "degenerate": m["accuracy_flexible"] < 0.5 * m["base_accuracy_flexible"]})  # fmt: skip
-    return pd.DataFrame(rows)
+    runs = st.load_stability(root)
+    return runs.assign(degenerate=runs["accuracy_flexible"] < 0.5 * runs["base_accuracy_flexible"])
 
 
 def degenerate_by_lr(root: str) -> str:
