@@ -15,7 +15,7 @@ Everything here is a pure function over tidy pandas DataFrames:
 
 from analysis.leverage import eta_squared, leverage, task_leverage
 from analysis.report import render_report, write_report
-from analysis.runs import load_failed, load_problem_outcomes, load_runs, scale_order
+from analysis.runs import BadRecordWarning, load_failed, load_problem_outcomes, load_runs, scale_order
 from analysis.stats import (
     adjust_pvalues,
     hedges_j,
@@ -37,6 +37,7 @@ __all__ = [
     "load_failed",
     "load_problem_outcomes",
     "load_runs",
+    "BadRecordWarning",
     "mcnemar",
     "paired_bootstrap",
     "paired_vs_baseline",

@@ -42,6 +42,7 @@ import hashlib
 import math
 import os
 import re
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +54,14 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from analysis.leverage import leverage, task_leverage
-from analysis.runs import RUN_COLUMNS, _records, load_failed, load_problem_outcomes, load_runs
+from analysis.runs import (
+    RUN_COLUMNS,
+    BadRecordWarning,
+    _records,
+    load_failed,
+    load_problem_outcomes,
+    load_runs,
+)
 from analysis.stats import (
     CORRECTIONS,
     paired_vs_baseline,
@@ -91,9 +99,12 @@ def write_report(
     metric: str = "accuracy",
     correction: str = "bonferroni",
     alpha: float = 0.05,
+    strict: bool = False,
 ) -> Path:
     """Write ``directory/report.html`` (see :func:`render_report`) and return its path."""
-    html = render_report(directory, baseline=baseline, metric=metric, correction=correction, alpha=alpha)
+    html = render_report(
+        directory, baseline=baseline, metric=metric, correction=correction, alpha=alpha, strict=strict
+    )
     path = Path(directory) / "report.html"
     tmp = path.with_name(f".report.html.{os.getpid()}.tmp")  # atomic: a reader never sees half a report
     tmp.write_text(html, encoding="utf-8")
@@ -108,6 +119,7 @@ def render_report(
     metric: str = "accuracy",
     correction: str = "bonferroni",
     alpha: float = 0.05,
+    strict: bool = False,
 ) -> str:
     """The report on every run record under ``directory``, as one self-contained HTML string.
 
@@ -118,7 +130,7 @@ def render_report(
         raise ValueError(f"unknown correction {correction!r}; expected one of {CORRECTIONS}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
-    data = _load(Path(directory), metric)
+    data = _load(Path(directory), metric, strict)
     return _render(_context(data, baseline, metric, correction, alpha))
 
 
@@ -137,10 +149,17 @@ class _Data:
     outcomes: pd.DataFrame
 
 
-def _load(root: Path, metric: str) -> _Data:
+def _load(root: Path, metric: str, strict: bool = False) -> _Data:
+    """The records under ``root`` (a bad one is skipped with a warning naming it, or raises if ``strict``)."""
     if not root.is_dir():
         raise ValueError(f"{root}: no such results directory")
-    records = _records(root)
+    with warnings.catch_warnings():  # each bad record is named once, by the first reader
+        records = _records(root, strict)
+        warnings.simplefilter("ignore", BadRecordWarning)
+        return _loaded(root, metric, records)
+
+
+def _loaded(root: Path, metric: str, records: list[dict]) -> _Data:
     if not records:
         raise ValueError(f"{root}: no run records (run.json) found")
     runs = load_runs(root)

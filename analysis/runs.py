@@ -2,8 +2,10 @@
 
 A run is a directory ``<root>/<grid>/<run_id>/`` (any depth under ``root``) holding ``run.json``
 and, optionally, ``eval.jsonl`` (one line per evaluated problem). Every loader walks ``root``
-recursively, validates each record and fails with a one-line ``ValueError`` naming the offending
-file: a half-written or hand-edited record must never turn silently into a missing row.
+recursively and validates each record. A record that is not one (truncated, binary, wrongly typed,
+a duplicate run id) is never silently a missing row: it is skipped with a :class:`BadRecordWarning`
+naming the file and what is wrong, or, with ``strict=True``, raises a one-line ``ValueError`` saying
+the same.
 
 Derived columns:
 
@@ -21,6 +23,7 @@ Every record is also validated as an :class:`oxbench.record.RunRecord`, the mode
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -74,7 +77,13 @@ FAILED_COLUMNS = ["run_id", "scale", "method", "seed", "error"]
 OUTCOME_COLUMNS = ["run_id", "id", "split", "correct", "correct_flexible"]
 
 
-def load_runs(root: str | Path, status: str | Iterable[str] | None = "finished") -> pd.DataFrame:
+class BadRecordWarning(UserWarning):
+    """A run.json that is not a valid record was skipped (the message names the file)."""
+
+
+def load_runs(
+    root: str | Path, status: str | Iterable[str] | None = "finished", *, strict: bool = False
+) -> pd.DataFrame:
     """One row per run whose status is in ``status`` (``None``: every run).
 
     Columns: :data:`RUN_COLUMNS` (``path`` is the run directory) followed by one column per metric
@@ -83,7 +92,7 @@ def load_runs(root: str | Path, status: str | Iterable[str] | None = "finished")
     whatever its status.
     """
     wanted = _statuses(status)
-    records = [r for r in _records(root) if r["status"] in wanted]
+    records = [r for r in _records(root, strict) if r["status"] in wanted]
     rows = [_run_row(r) for r in records]
     metrics = sorted({k for r in records for k in r["metrics"]})
     df = pd.DataFrame(rows, columns=RUN_COLUMNS + metrics)
@@ -92,15 +101,17 @@ def load_runs(root: str | Path, status: str | Iterable[str] | None = "finished")
     return df.sort_values(["scale_params", "scale", "method", "arm", "lora", "seed"], ignore_index=True)
 
 
-def load_failed(root: str | Path) -> pd.DataFrame:
+def load_failed(root: str | Path, *, strict: bool = False) -> pd.DataFrame:
     """The failed runs: columns ``run_id, scale, method, seed, error`` sorted by scale, method, seed."""
-    rows = [_failed_row(r) for r in _records(root) if r["status"] == "failed"]
+    rows = [_failed_row(r) for r in _records(root, strict) if r["status"] == "failed"]
     df = pd.DataFrame(rows, columns=FAILED_COLUMNS + ["scale_params"])
     df = df.sort_values(["scale_params", "scale", "method", "seed"], ignore_index=True)
     return df[FAILED_COLUMNS]
 
 
-def load_problem_outcomes(root: str | Path, status: str | Iterable[str] | None = "finished") -> pd.DataFrame:
+def load_problem_outcomes(
+    root: str | Path, status: str | Iterable[str] | None = "finished", *, strict: bool = False
+) -> pd.DataFrame:
     """Per-problem outcomes from every ``eval.jsonl`` next to a run.json whose status is in ``status``.
 
     Columns: ``run_id, id, split, correct, correct_flexible``. ``id`` is a string; ``correct`` is a
@@ -110,7 +121,7 @@ def load_problem_outcomes(root: str | Path, status: str | Iterable[str] | None =
     """
     wanted = _statuses(status)
     frames = []
-    for record in _records(root):
+    for record in _records(root, strict):
         path = record["_dir"] / "eval.jsonl"
         if record["status"] in wanted and path.is_file():
             frames.append(_read_outcomes(path, record["run_id"]))
@@ -141,18 +152,25 @@ def scale_order(df: pd.DataFrame) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _records(root: str | Path) -> list[dict]:
-    """Every validated run.json under ``root``; duplicate run ids raise."""
+def _records(root: str | Path, strict: bool = False) -> list[dict]:
+    """Every valid run.json under ``root``. One that is not valid (or repeats a run id) raises with
+    ``strict``, else is skipped with a :class:`BadRecordWarning` naming it."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"run directory not found: {root}")
     seen: dict[str, Path] = {}
     records = []
     for path in sorted(root.rglob("run.json")):
-        record = _read_record(path)
-        first = seen.setdefault(record["run_id"], path)
-        if first != path:
-            raise ValueError(f"{path}: run_id {record['run_id']!r} already used by {first}")
+        try:
+            record = _read_record(path)
+            first = seen.setdefault(record["run_id"], path)
+            if first != path:
+                raise ValueError(f"{path}: run_id {record['run_id']!r} already used by {first}")
+        except ValueError as err:
+            if strict:
+                raise
+            warnings.warn(f"{err} (skipped)", BadRecordWarning, stacklevel=2)
+            continue
         records.append(record)
     return records
 

@@ -4,7 +4,8 @@
 self-play data (the grid does this once per shared key before running cells).
 
 Holds an exclusive lock on the run directory, so a cell never runs twice at once; exits
-non-zero if the run failed.
+non-zero if the run failed or was pre-empted (SIGTERM, SIGUSR1, Ctrl-C: it checkpoints first, and
+its record says ``preempted``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
+from oxbench.engine.checkpoint import signals_handled
 from oxbench.plugins import load_env_plugins
 from oxbench.runner import run_cell
 from oxbench.runs import LOCKED_EXIT, read_record, run_dir
@@ -51,9 +53,10 @@ def run_locked(cfg: RunConfig, out: Path) -> dict | None:
             if done is not None and done["status"] == "finished":  # another process finished it since
                 return done  # this one planned: never train a cell twice
             (d / "train.log").open("w").close()  # this run's log starts afresh (opened for append)
-        rec = run_cell(cfg, out, verbose=False)
+        with signals_handled():  # SIGTERM, SIGUSR1, Ctrl-C: checkpoint, record "preempted", exit
+            rec = run_cell(cfg, out, verbose=False)
     if rec["status"] != "finished":
-        print(f"run {rec['run_id']} failed: {rec['error']}", file=sys.stderr)
+        print(f"run {rec['run_id']} {rec['status']}: {rec['error']}", file=sys.stderr)
     return rec
 
 

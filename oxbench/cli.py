@@ -6,9 +6,11 @@ and exit code 2. A grid with any failed cell exits 1 after recording and summari
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -223,7 +225,11 @@ def run(
     if plan:
         return
     todo = [c for c in cells if _status(c, out) != "finished"]
-    records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
+    with _stoppable() as stop:
+        try:
+            records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
+            _report_stopped(todo, out, stop.get("signal", "SIGINT"))
     done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
     out_console.print(summary_table(done, f"{g.name}: accuracy (%) mean ± std over seeds"))
     failed = [r for r in records if r.get("status") not in ("finished", "locked")]
@@ -239,6 +245,37 @@ def run(
     del counts
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
+
+
+@contextlib.contextmanager
+def _stoppable():
+    """While a grid runs, SIGTERM and SIGUSR1 stop it as Ctrl-C does: the running cells are signalled
+    in turn, checkpoint and record ``preempted``; queued cells never start."""
+    stop: dict = {}
+
+    def handler(signum, frame):
+        stop["signal"] = signal.Signals(signum).name
+        raise KeyboardInterrupt(stop["signal"])
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        yield stop
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def _report_stopped(todo, out: Path, name: str) -> None:
+    """One line on how the grid was left, then exit 128 + the signal's number."""
+    status = [(read_record(run_dir(out, c.grid, c.run_id())) or {}).get("status") for c in todo]
+    pre = status.count("preempted")
+    err_console.print(
+        f"stopped by {name}: {pre} cell(s) preempted (resumed from their latest checkpoint), "
+        f"{status.count('finished')} finished, {len(todo) - pre - status.count('finished')} not run; "
+        "run the same command again to go on",
+        highlight=False,
+    )
+    raise typer.Exit(128 + getattr(signal, name))
 
 
 EXECUTORS = ("local", "ray", "slurm")  # checked by _check_run_options before _execute picks one
@@ -326,14 +363,17 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
         print_plan([cfg], out)
         return
     from oxbench.engine import distributed as D
+    from oxbench.engine.checkpoint import signals_handled
 
-    rec = run_cell(cfg, out)
+    with signals_handled():  # SIGTERM, SIGUSR1, Ctrl-C: checkpoint, record "preempted", exit 1
+        rec = run_cell(cfg, out)
     main = D.is_main()
     D.shutdown()
     if main:
         out_console.print(summary_table([rec], f"{cfg.run_id()}"))
     if rec["status"] != "finished":
-        fail(f"run {rec['run_id']} failed: {rec['error']}", code=2 if _bad_input(rec["error"]) else 1)
+        code = 2 if _bad_input(rec["error"]) else 1
+        fail(f"run {rec['run_id']} {rec['status']}: {rec['error']}", code=code)
 
 
 def _bad_input(error: str | None) -> bool:
@@ -371,18 +411,27 @@ def report(
     baseline: str = typer.Option(
         "dpo", "--baseline", help="The method (or arm, e.g. 'dpo lr=1e-05') every other arm is compared with."
     ),
+    strict: bool = typer.Option(
+        False, "--strict", help="A run.json that is not a valid record is an error (exit 2), not a warning."
+    ),
 ):
-    """Write DIRECTORY/report.html from the run records under it."""
+    """Write DIRECTORY/report.html from the run records under it (a bad record is named and skipped)."""
     if not directory.is_dir():
         fail(f"{directory}: no such results directory")
     if (directory / "report.html").exists() and not (directory / "report.html").is_file():
         fail(f"{directory / 'report.html'}: exists and is not a file")
+    import warnings
+
     from analysis.report import write_report
 
     try:
-        path = write_report(directory, baseline=baseline)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            path = write_report(directory, baseline=baseline, strict=strict)
     except ValueError as exc:
         fail(str(exc))
+    for w in dict.fromkeys(str(w.message) for w in seen if w.category.__name__ == "BadRecordWarning"):
+        err_console.print(f"[yellow]warning[/yellow] {w}", highlight=False, soft_wrap=True)
     out_console.print(f"wrote {path}")
 
 

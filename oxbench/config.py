@@ -404,6 +404,17 @@ class EvalConfig(Strict):
     backend: Literal["hf", "lean"] = added("hf")  # generation for evaluation (lean: oxbench's decode loop)
 
 
+class CheckpointConfig(Strict):
+    """Mid-run checkpoints (:mod:`oxbench.engine.checkpoint`): how a cell survives pre-emption. They change
+    how a run is kept, never what it computes, so they are not part of the ``run_id``."""
+
+    bounds = {"every": COUNT, "keep": COUNT}
+
+    every: int | None = None  # optimiser steps between checkpoints (None: only on SIGTERM/SIGUSR1/Ctrl-C)
+    keep: int = 2  # the newest checkpoints kept (older ones are pruned)
+    keep_final: bool = False  # keep the last checkpoint when the cell finishes (else they are deleted)
+
+
 class Seeds(Strict):
     """Independent seeds. Unset ones derive from the run seed (see :meth:`RunConfig.seeds`)."""
 
@@ -429,6 +440,7 @@ class RunConfig(Strict):
     eval: EvalConfig = EvalConfig()
     loss: dict[str, Any] = Field(default_factory=dict)  # hyper-parameters overriding the loss's defaults
     seed_overrides: Seeds = Seeds()
+    checkpoint: CheckpointConfig = CheckpointConfig()  # how the run is kept: not part of its identity
     # the dotted paths of the grid axes that vary, other than scale, method and seed (set by
     # oxbench.grid.expand): with scale, method and LoRA they name the cell's arm. Not part of the
     # run_id or the config hash, so the same config keeps its id whichever grid it came from.
@@ -463,8 +475,8 @@ class RunConfig(Strict):
         return self
 
     def identity(self) -> dict:
-        """The config that identifies the run (everything but ``arm_keys``)."""
-        return {k: v for k, v in self.hash_view().items() if k != "arm_keys"}
+        """The config that identifies the run (everything but ``arm_keys`` and ``checkpoint``)."""
+        return {k: v for k, v in self.hash_view().items() if k not in ("arm_keys", "checkpoint")}
 
     def arm(self) -> dict[str, Any]:
         """The arm this cell belongs to: ``scale``, ``method``, ``lora`` and the value of every key in

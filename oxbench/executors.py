@@ -59,18 +59,34 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
     cfg_file = _config_file(cfg, d)
     try:
         with open(d / "train.log", "a") as log:  # the cell truncates it once it holds the run's lock
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 cell_command(cfg_file, out, nproc),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
                 env=_child_env(workers, nproc),
             )
+            RUNNING.add(proc)
+            try:
+                proc.wait()
+            finally:
+                RUNNING.discard(proc)
     finally:
         cfg_file.unlink(missing_ok=True)
     if proc.returncode == LOCKED_EXIT:
         return locked_record(cfg)
     return _outcome(cfg, out, f"process exited with code {proc.returncode}: {_log_tail(d)}")
+
+
+RUNNING: set[subprocess.Popen] = set()  # cell processes of run_subprocess, for an interrupted grid to stop
+
+
+def interrupt_subprocesses() -> None:
+    """SIGTERM every running cell process (torchrun passes it to its ranks): each checkpoints, records
+    ``preempted`` and exits."""
+    for proc in list(RUNNING):
+        if proc.poll() is None:
+            proc.terminate()
 
 
 def locked_record(cfg: RunConfig) -> dict:
@@ -84,10 +100,13 @@ def _log_tail(d: Path) -> str:
     return " ".join(log.read_text().strip().splitlines()[-1:])[:300] if log.exists() else ""
 
 
+ENDED = ("finished", "failed", "preempted")  # what a cell records itself when it ends
+
+
 def _outcome(cfg: RunConfig, out: Path, why: str) -> dict:
     """The cell's own record if it got to write its outcome, else a failed record saying ``why``."""
     rec = read_record(run_dir(out, cfg.grid, cfg.run_id()))
-    if rec is None or rec.get("status") not in ("finished", "failed"):
+    if rec is None or rec.get("status") not in ENDED:
         rec = failed_record(cfg, out, why)
     return rec
 
@@ -148,7 +167,7 @@ class WarmWorker:
             self.close()
 
     def interrupt(self) -> None:
-        """End the running cell now (SIGTERM: the cell records its failure and exits)."""
+        """End the running cell now (SIGTERM: the cell checkpoints, records ``preempted`` and returns)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
 
@@ -170,7 +189,7 @@ def failed_record(cfg: RunConfig, out: Path, error: str) -> dict:
     :class:`RunRecord` that the analysis reads like any other. Returns the record written."""
     d = run_dir(out, cfg.grid, cfg.run_id())
     on_disk = read_record(d) or {}
-    if on_disk.get("status") in ("finished", "failed"):  # the cell got to record its own outcome
+    if on_disk.get("status") in ENDED:  # the cell got to record its own outcome
         return on_disk
     known = {k: v for k, v in on_disk.items() if k in RunRecord.model_fields}
     provenance = {
@@ -328,7 +347,8 @@ def run_local(
     except BaseException:  # Ctrl-C (or an error): stop the grid now, not after every queued cell
         pool.shutdown(wait=False, cancel_futures=True)  # queued cells never start
         for w in slots:
-            w.interrupt()  # running cells end; their records say failed, so a rerun resumes them
+            w.interrupt()  # running cells end; they checkpoint and record preempted; a rerun resumes them
+        interrupt_subprocesses()
         raise
     finally:
         pool.shutdown(wait=True)

@@ -50,6 +50,8 @@ class RunRecord(BaseModel):
     git_sha: str | None = None
     packages: dict[str, str] | None = None
     world_size: int | None = None
+    #: the mid-run checkpoint's step this run resumed from (None: it ran from the start)
+    resumed_from_step: int | None = None
     # the loss (set once it is resolved)
     paradigm: str | None = None
     data_kind: str | None = None

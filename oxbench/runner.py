@@ -19,6 +19,7 @@ import losses
 from oxbench.config import RunConfig
 from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
+from oxbench.engine.checkpoint import Checkpointer, Preempted
 from oxbench.engine.curves import Curve
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
@@ -297,7 +298,9 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         if train is train_online:
             kwargs = {"reward_fn": reward_function(cfg.online.reward_grader),
                       "curve": _curve(cfg, model, tok, base_key, d)}  # fmt: skip
-        engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, **kwargs)
+        ckpt = Checkpointer.from_config(d, cfg)
+        engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, ckpt=ckpt, **kwargs)
+        record.resumed_from_step = res.resumed_from
         record.data_order_sha = res.data_order_sha
         record.optimizer_steps = res.optimizer_steps
         record.loss_state = res.loss_state
@@ -324,6 +327,9 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             "total_s": round(time.time() - t0, 1),
         }
         record.status = "finished"
+    except Preempted as exc:  # a signal: the latest checkpoint (if any) holds the run; a rerun resumes it
+        record.status, record.error = "preempted", f"Preempted: {exc}"
+        record.timing = {"total_s": round(time.time() - t0, 1)}
     except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
         record.status = "failed"
         record.error = _one_line(exc)
@@ -331,5 +337,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         record.timing = {"total_s": round(time.time() - t0, 1)}
     if D.is_main():
         write_record(d, record)
+        if record.status == "finished":
+            Checkpointer.from_config(d, cfg).finish()
     D.barrier()
     return record.model_dump(mode="json")

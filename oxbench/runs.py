@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from oxbench.record import RunRecord
-from oxbench.utils import write_json_atomic
+from oxbench.utils import write_json_atomic, write_jsonl_atomic
 
 PACKAGES = (
     "oxbench",
@@ -103,3 +103,7 @@ class MetricsLog:
     def __call__(self, row: dict) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+
+    def restart(self, rows: list[dict]) -> None:
+        """Back to a checkpoint's rows (a resumed run drops what it logged after that checkpoint)."""
+        write_jsonl_atomic(self.path, rows)

@@ -35,37 +35,29 @@ def cache_root() -> Path:
     return root
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON to a temp file in the same directory, fsync, then rename over ``path``."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file in the same directory, fsync, then rename it over ``path``: a
+    reader sees the old file or the new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def write_jsonl_atomic(path: Path, rows) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(json.dumps(row, default=str) + "\n" for row in rows))
 
 
 def progress(

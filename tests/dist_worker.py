@@ -5,6 +5,10 @@ usage: dist_worker.py MODEL_DIR METHOD ZERO_STAGE BATCH GRAD_ACCUM STEPS OUT.pt
 With ``CURVE_EVERY`` set, an online run also takes learning-curve points every that many rollouts; each
 point's "metrics" are the evaluated weights' checksum (the sum of their absolute values), so that what
 the curve evaluated can be compared across ZeRO stages and ranks.
+
+With ``CKPT_DIR`` set, the run checkpoints there (and resumes from it); with ``STOP_AT`` too, rank 0's
+logger raises the pre-emption flag at that step (the other ranks learn of it through the collective
+check), and the worker exits with code 4 once the checkpoint is written.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 from helpers import cfg_for, length_parity_reward, rows_for
 
 import losses
+from oxbench.engine import checkpoint as C
 from oxbench.engine import distributed as D
 from oxbench.engine.trainer import full_state_dict, train_offline, train_online
 from oxbench.models.loading import load_model
@@ -52,8 +57,41 @@ def main(model_dir, method, zero, batch, accum, steps, out):
         curves.validation_metrics = checksum
         cfg.eval.every = int(os.environ["CURVE_EVERY"])
         curve = curves.Curve(cfg, model, tok, [], Path(out).with_suffix(".curve.jsonl"), seed=0)
+    stop_at = int(os.environ.get("STOP_AT", -1))
+
+    def logger(row):
+        if row["step"] == stop_at:
+            C._requested = "SIGTERM"
+
+    extra = {}
+    if os.environ.get("CKPT_DIR"):
+        extra = {
+            "ckpt": C.Checkpointer(Path(os.environ["CKPT_DIR"])),
+            "logger": logger if D.is_main() else None,
+        }
+    try:
+        engine, res = _train(cfg, spec, model, tok, method, curve, extra)
+    except C.Preempted:
+        D.shutdown()
+        sys.exit(4)
+    state = full_state_dict(engine)
+    if D.is_main():
+        torch.save(
+            {
+                "params": {k: v for k, v in state.items()},
+                "steps": res.optimizer_steps,
+                "world": D.world_size(),
+                "history": res.history,
+                "resumed_from": res.resumed_from,
+            },
+            out,
+        )
+    D.shutdown()
+
+
+def _train(cfg, spec, model, tok, method, curve, extra):
     if spec.data == "online":
-        engine, res = train_online(
+        return train_online(
             cfg,
             spec,
             spec.resolve_hparams(),
@@ -63,23 +101,11 @@ def main(model_dir, method, zero, batch, accum, steps, out):
             run=method,
             reward_fn=length_parity_reward,
             curve=curve,
+            **extra,
         )
-    else:
-        engine, res = train_offline(
-            cfg, spec, spec.resolve_hparams(), model, tok, rows_for(spec.data), run=method
-        )
-    state = full_state_dict(engine)
-    if D.is_main():
-        torch.save(
-            {
-                "params": {k: v for k, v in state.items()},
-                "steps": res.optimizer_steps,
-                "world": D.world_size(),
-                "history": res.history,
-            },
-            out,
-        )
-    D.shutdown()
+    return train_offline(
+        cfg, spec, spec.resolve_hparams(), model, tok, rows_for(spec.data), run=method, **extra
+    )
 
 
 if __name__ == "__main__":

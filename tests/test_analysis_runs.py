@@ -132,21 +132,40 @@ def test_load_runs_empty_directory_and_missing_directory(tmp_path):
         (json.dumps(record(metrics={"seed": 1.0})), "clashes with a column"),
     ],
 )
-def test_malformed_run_json_is_a_one_line_error_naming_the_file(tmp_path, text, why):
+def test_malformed_run_json_is_named_and_skipped_or_an_error_when_strict(tmp_path, text, why):
+    """By default the readers carry on with the other records, naming the bad one in a warning; with
+    ``strict`` it is a one-line error naming the file."""
+    write_run(tmp_path, record("dpo", seed=7))
     path = tmp_path / "g1" / "bad"
     path.mkdir(parents=True)
     (path / "run.json").write_text(text)
+    with pytest.warns(analysis.BadRecordWarning) as seen:
+        runs = analysis.load_runs(tmp_path)
+    assert runs["seed"].tolist() == [7]
+    assert str(path / "run.json") in str(seen[0].message) and why in str(seen[0].message)
     with pytest.raises(ValueError) as err:
-        analysis.load_runs(tmp_path)
+        analysis.load_runs(tmp_path, strict=True)
     message = str(err.value)
     assert str(path / "run.json") in message and why in message and "\n" not in message
 
 
-def test_duplicate_run_id_is_an_error(tmp_path):
+def test_binary_run_json_is_skipped_or_an_error_when_strict(tmp_path):
+    write_run(tmp_path, record("dpo", seed=7))
+    (tmp_path / "g1" / "bin").mkdir(parents=True)
+    (tmp_path / "g1" / "bin" / "run.json").write_bytes(b"\x00\xff\xfe binary")
+    with pytest.warns(analysis.BadRecordWarning, match="bin/run.json: malformed run.json"):
+        assert len(analysis.load_failed(tmp_path)) == 0 and len(analysis.load_runs(tmp_path)) == 1
+    with pytest.raises(ValueError, match="bin/run.json: malformed run.json"):
+        analysis.load_failed(tmp_path, strict=True)
+
+
+def test_duplicate_run_id_is_named_and_skipped_or_an_error_when_strict(tmp_path):
     write_run(tmp_path, record("dpo"), sub="a")
     write_run(tmp_path, record("dpo"), sub="b")
+    with pytest.warns(analysis.BadRecordWarning, match="already used by"):
+        assert len(analysis.load_runs(tmp_path)) == 1
     with pytest.raises(ValueError, match="already used by"):
-        analysis.load_runs(tmp_path)
+        analysis.load_runs(tmp_path, strict=True)
 
 
 def test_load_failed(tmp_path):
@@ -175,13 +194,13 @@ def test_unfinished_runs_need_no_paradigm_or_scale_params(tmp_path):
     assert analysis.load_failed(tmp_path)["seed"].tolist() == [2]
     write_run(tmp_path, without(record("dpo", seed=3), "paradigm"))
     with pytest.raises(ValueError, match="missing key 'paradigm'"):
-        analysis.load_runs(tmp_path)
+        analysis.load_runs(tmp_path, strict=True)
 
 
 def test_unfinished_run_with_a_bad_scale_params_is_still_an_error(tmp_path):
     write_run(tmp_path, record("dpo", status="running", scale_params="big"))
     with pytest.raises(ValueError, match="'scale_params' must be int"):
-        analysis.load_runs(tmp_path, status=None)
+        analysis.load_runs(tmp_path, status=None, strict=True)
 
 
 def outcomes(pattern: str, split: str = "test", prefix: str = "q") -> list[dict]:

@@ -352,3 +352,24 @@ def test_lora_runs_are_separate_arms(tmp_path):
     assert sorted(r[0][0] for r in board["rows"]) == ["dpo", "dpo (LoRA)"]
     assert row_of(board, "dpo (LoRA)")[column(board, "accuracy")][0].startswith("30.5 ± ")
     assert math.isfinite(float(row_of(board, "dpo (LoRA)")[column(board, "Δ vs baseline")][1]))
+
+
+def test_report_names_a_bad_record_and_goes_on_or_exits_2_when_strict(tmp_path):
+    """A truncated run.json beside good ones: ``oxbench report`` warns with the file's name and writes the
+    report from the others; ``--strict`` makes it the one-line error (exit 2) and writes nothing."""
+    from typer.testing import CliRunner
+
+    from oxbench.cli import app
+
+    for seed in (0, 1):
+        write_run(tmp_path, record("dpo", "tiny", seed))
+    bad = tmp_path / "g" / "cut" / "run.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"run_id": "cut", "sta')
+    r = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 0 and "warning" in r.output and f"{bad}: malformed run.json" in r.output
+    assert (tmp_path / "report.html").is_file()
+    (tmp_path / "report.html").unlink()
+    r = CliRunner().invoke(app, ["report", str(tmp_path), "--strict"])
+    assert r.exit_code == 2 and f"{bad}: malformed run.json" in r.output
+    assert not (tmp_path / "report.html").exists()

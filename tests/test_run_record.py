@@ -202,7 +202,9 @@ def test_analysis_rejects_a_record_that_is_not_a_run_record(tmp_path):
     path.mkdir(parents=True)
     (path / "run.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="malformed run.json .'surprise'"):
-        analysis.load_runs(tmp_path)
+        analysis.load_runs(tmp_path, strict=True)
+    with pytest.warns(analysis.BadRecordWarning, match="malformed run.json .'surprise'"):
+        assert len(analysis.load_runs(tmp_path)) == 0
 
 
 def test_analysis_imports_no_engine():

@@ -23,6 +23,7 @@ from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine.trainer import LEDGER
 from oxbench.eval.evaluate import validation_metrics
+from oxbench.utils import write_text_atomic
 
 
 class Curve:
@@ -33,6 +34,17 @@ class Curve:
         self.model = copy.deepcopy(lm).eval() if D.is_main() else None
         if self.path is not None:
             self.path.write_text("")  # a re-run starts its curve afresh
+
+    def state(self) -> dict:
+        """Where the curve is, with its points so far (rank 0 holds them): for a checkpoint."""
+        rows = self.path.read_text().splitlines() if self.path is not None else []
+        return {"next": self.next, "taken": self.taken, "rows": rows}
+
+    def restore(self, state: dict) -> None:
+        """Back to a checkpoint's :meth:`state`: points taken after it are dropped from the file."""
+        self.next, self.taken = state["next"], state["taken"]
+        if self.path is not None:
+            write_text_atomic(self.path, "".join(line + "\n" for line in state["rows"]))
 
     def maybe(self, ledger: dict, weights, *, step: int, last: bool = False) -> dict | None:
         """Evaluate if the ledger's rollouts reached the next point (or ``last``). ``weights()`` returns

@@ -60,6 +60,12 @@ class SyncSource:
     def after_update(self, version: int, weights: Weights) -> None:
         pass
 
+    def state_dict(self) -> None:  # the rollout worker's weights are the whole state (the loop keeps them)
+        return None
+
+    def load_state_dict(self, state: None) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -85,6 +91,12 @@ class DelayedSource:
         for old in [v for v in self.ring if v < version - self.staleness]:
             del self.ring[old]
 
+    def state_dict(self) -> dict:
+        return {"ring": self.ring}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ring = dict(state["ring"])
+
     def close(self) -> None:
         pass
 
@@ -99,7 +111,7 @@ class AsyncSource:
 
         ctx = torch.multiprocessing.get_context("spawn")
         self.shared = {k: v.detach().clone().share_memory_() for k, v in worker.model.state_dict().items()}
-        self.version, self.lock = ctx.Value("l", 0), ctx.Lock()
+        self.version, self.lock = ctx.Value("l", max(0, worker.version)), ctx.Lock()
         self.queue, self.stop = ctx.Queue(maxsize=queue_size), ctx.Event()
         self.worker, self.stats = worker, {}
         self.process = ctx.Process(target=produce, name="oxbench-rollout-producer", daemon=True,
@@ -134,6 +146,12 @@ class AsyncSource:
         from oxbench.engine.producer import publish
 
         publish(self.shared, weights(), self.version, version, self.lock)
+
+    def state_dict(self) -> None:  # a resumed producer starts afresh from the learner's weights
+        return None
+
+    def load_state_dict(self, state: None) -> None:
+        pass
 
     def close(self) -> None:
         self.stop.set()

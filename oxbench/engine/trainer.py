@@ -18,6 +18,7 @@ state (:class:`~oxbench.engine.learner.LossState`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -29,6 +30,7 @@ import torch.nn as nn
 from losses import LossInputs, LossSpec
 from oxbench.config import RunConfig, micro_batches_per_rank
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
+from oxbench.engine import checkpoint as C
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import ROLES, build_offline_inputs, encode_examples
 from oxbench.engine.collapse import CollapseDetector
@@ -50,6 +52,7 @@ class TrainResult:
     loss_state: dict | None = None  # the loss's carried state at the end (stateful specs)
     compute: dict = field(default_factory=dict)  # the compute ledger's totals (LEDGER keys)
     collapse: dict | None = None  # online.collapse: {step, reason} of the first collapse seen
+    resumed_from: int | None = None  # the checkpoint's step this run resumed from
 
 
 LEDGER = ("rollouts", "generated_tokens", "trained_tokens", "gen_seconds", "train_seconds")
@@ -193,6 +196,24 @@ def _log(history, logger, engine, step, micro_metrics, extra, grad_norm=None):
         logger(row)
 
 
+def _resume(ckpt, engine, res: TrainResult, logger, loss_state: LossState, live_ref) -> dict | None:
+    """Load the run's latest checkpoint, if it has one, into the engine, the RNGs, the loss state, the
+    reference and the metrics so far (``metrics.jsonl`` is rewritten to them); the saved state, or None."""
+    found = ckpt.latest() if ckpt is not None else None
+    if found is None:
+        return None
+    res.resumed_from, saved = found
+    C.load_engine_state(engine, saved["engine"])
+    loss_state.value = saved["loss_state"]
+    if live_ref is not None:
+        live_ref.model.load_state_dict(saved["live_ref"])
+    res.history, res.compute = saved["history"], saved["compute"]
+    if hasattr(logger, "restart"):  # a MetricsLog: back to the checkpoint's rows
+        logger.restart(res.history)
+    C.set_rng_state(saved["rng"])
+    return saved
+
+
 # --------------------------------------------------------------------------- offline
 
 
@@ -207,8 +228,12 @@ def train_offline(
     run: str,
     logger=None,
     ref_key: dict | None = None,
+    ckpt: C.Checkpointer | None = None,
 ) -> tuple[object, TrainResult]:
-    """Train on a fixed dataset (``spec.data`` in sft/pairs/unpaired). Returns (engine, result)."""
+    """Train on a fixed dataset (``spec.data`` in sft/pairs/unpaired). Returns (engine, result).
+
+    With ``ckpt`` the run resumes from its latest checkpoint (the seed fixes the data order, so the
+    step is the position) and offers one at every step boundary (:mod:`oxbench.engine.checkpoint`)."""
     t, seeds, res = cfg.train, cfg.seeds(), TrainResult()
     start = time.time()
     examples = encode_examples(spec.data, rows, tokenizer, cfg.data.max_len, kl_seed=seeds["data"])
@@ -248,44 +273,56 @@ def train_offline(
             key_parts=ref_key or {"run": run},
         )
     state = LossState(spec)
+    saved = _resume(ckpt, engine, res, logger, state, live_ref)
+    step = saved["step"] if saved else 0
+
+    def snapshot() -> dict:
+        return {"engine": C.engine_state(engine), "rng": C.rng_state(), "loss_state": state.value,
+                "live_ref": None if live_ref is None else live_ref.model.state_dict(), "step": step,
+                "history": res.history, "compute": res.compute}  # fmt: skip
+
     engine.train()
-    step, micro_metrics, tokens, step_start = 0, [], 0, time.time()
-    for i, (epoch, mb) in enumerate(progress(micro, f"{run}: train (micro-batches)", enabled=D.is_main())):
-        chunk = [examples[j] for j in mb]
-        tokens += sum(len(ex[role][0]) for ex in chunk for role in ROLES[spec.data])
-        inputs = build_offline_inputs(
-            spec.data,
-            engine,
-            chunk,
-            tokenizer.pad_token_id,
-            ref_cache=ref_cache,
-            live_ref=live_ref,
-            needs_full_logits=spec.needs_full_logits,
-        )
-        if i == 0 and ref_cache is not None and t.check_reference:
-            _check_reference_equal(inputs, spec.data, run)
-        inputs.progress, inputs.state = step / n_steps, state.value
-        out = spec.fn(inputs, **hparams)
-        check_finite(out, run, step)
-        state.offer(out.state)
-        engine.backward(out.loss)
-        boundary = engine.is_gradient_accumulation_boundary()
-        gn = grad_norm(engine) if boundary else None
-        engine.step()
-        micro_metrics.append({"loss": out.loss.item(), **out.metrics})
-        if boundary:
-            step += 1
-            state.commit()
-            ledger = {
-                "trained_tokens": sum(D.all_gather_objects(tokens)),
-                "train_seconds": time.time() - step_start,
-            }
-            cumulative = _add(res.compute, **ledger)
-            if step % t.log_every == 0 or step == n_steps:
-                extra = {"epoch": epoch, "elapsed": time.time() - start, **ledger, **cumulative}
-                _log(res.history, logger, engine, step, micro_metrics, extra, gn)
-            micro_metrics, tokens, step_start = [], 0, time.time()
-            _maybe_update_reference(spec, hparams, live_ref, engine, step)
+    micro_metrics, tokens, step_start, first = [], 0, time.time(), step
+    todo = micro[step * t.grad_accum :]
+    with C.checkpointable() if ckpt is not None else contextlib.nullcontext():
+        for i, (epoch, mb) in enumerate(progress(todo, f"{run}: train (micro-batches)", enabled=D.is_main())):
+            chunk = [examples[j] for j in mb]
+            tokens += sum(len(ex[role][0]) for ex in chunk for role in ROLES[spec.data])
+            inputs = build_offline_inputs(
+                spec.data,
+                engine,
+                chunk,
+                tokenizer.pad_token_id,
+                ref_cache=ref_cache,
+                live_ref=live_ref,
+                needs_full_logits=spec.needs_full_logits,
+            )
+            if i == first == 0 and ref_cache is not None and t.check_reference:
+                _check_reference_equal(inputs, spec.data, run)
+            inputs.progress, inputs.state = step / n_steps, state.value
+            out = spec.fn(inputs, **hparams)
+            check_finite(out, run, step)
+            state.offer(out.state)
+            engine.backward(out.loss)
+            boundary = engine.is_gradient_accumulation_boundary()
+            gn = grad_norm(engine) if boundary else None
+            engine.step()
+            micro_metrics.append({"loss": out.loss.item(), **out.metrics})
+            if boundary:
+                step += 1
+                state.commit()
+                ledger = {
+                    "trained_tokens": sum(D.all_gather_objects(tokens)),
+                    "train_seconds": time.time() - step_start,
+                }
+                cumulative = _add(res.compute, **ledger)
+                if step % t.log_every == 0 or step == n_steps:
+                    extra = {"epoch": epoch, "elapsed": time.time() - start, **ledger, **cumulative}
+                    _log(res.history, logger, engine, step, micro_metrics, extra, gn)
+                micro_metrics, tokens, step_start = [], 0, time.time()
+                _maybe_update_reference(spec, hparams, live_ref, engine, step)
+                if ckpt is not None:
+                    ckpt.boundary(step, snapshot, last=step == n_steps)
     res.optimizer_steps, res.seconds = step, time.time() - start
     res.loss_state = state.as_dict()
     return engine, res
@@ -353,6 +390,7 @@ def train_online(
     logger=None,
     reward_fn=is_correct,
     curve=None,
+    ckpt: C.Checkpointer | None = None,
 ) -> tuple[object, TrainResult]:
     """An experience source (:mod:`oxbench.engine.sources`) plus the
     :class:`~oxbench.engine.learner.Learner`.
@@ -369,8 +407,10 @@ def train_online(
 
     ``curve`` (a :class:`~oxbench.engine.curves.Curve`) takes learning-curve points between rounds, at 0
     rollouts and every ``eval.every``; their time counts in neither gen_seconds nor train_seconds.
+
+    With ``ckpt`` the run resumes from its latest checkpoint and offers one after every round.
     """
-    loop = OnlineLoop(cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn)
+    loop = OnlineLoop(cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn, ckpt)
     return loop.engine, loop.run_all(curve)
 
 
@@ -380,7 +420,7 @@ class OnlineLoop:
     (``inner_epochs`` optimiser steps, each logged with the round's compute and the batch's
     diagnostics), stopping at a collapse when ``online.collapse`` asks."""
 
-    def __init__(self, cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn):
+    def __init__(self, cfg, spec, hparams, model, tokenizer, prompts, run, logger, reward_fn, ckpt=None):
         o, seeds = cfg.online, cfg.seeds()
         self.cfg, self.spec, self.hparams, self.prompts, self.run, self.logger = (
             cfg,
@@ -403,10 +443,41 @@ class OnlineLoop:
                                o.max_new_tokens, micro, run, is_cap=o.is_cap, ess_lr=o.ess_lr,
                                ess_lr_base=o.ess_lr_base)  # fmt: skip
         self.sampler = make_sampler(len(prompts), seed=seeds["data"], rank=self.rk, world_size=self.ws)
-        per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
-        self.source = make_source(cfg, self.worker, per_iteration, self.live_ref, self.producer_job)
         self.detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
         self.consumed: list[str] = []
+        self.ckpt, self.first_round = ckpt, 0
+        self.saved = _resume(ckpt, self.engine, self.res, logger, self.learner.state, self.live_ref)
+        if self.saved is not None:
+            self.restore(self.saved)
+        per_iteration = rounds_per_iteration(spec, len(prompts), cfg)
+        self.source = make_source(cfg, self.worker, per_iteration, self.live_ref, self.producer_job)
+        if self.saved is not None:
+            self.source.load_state_dict(self.saved["source"])
+
+    def snapshot(self, next_round: int, curve) -> dict:
+        """Everything the loop carries from one round to the next (a checkpoint's content)."""
+        d = self.detector
+        return {"engine": C.engine_state(self.engine), "rng": C.rng_state(), "history": self.res.history,
+                "compute": self.res.compute, "collapse": self.res.collapse, "loss_state": self.learner.state.value,
+                "prev_grad": self.learner._prev_grad, "round": next_round, "version": self.version,
+                "consumed": self.consumed, "source": self.source.state_dict(),
+                "live_ref": None if self.live_ref is None else self.live_ref.model.state_dict(),
+                "worker": {"weights": self.worker.model.state_dict(), "version": self.worker.version},
+                "detector": None if d is None else {"rewards": d.rewards, "best_verified": d.best_verified},
+                "curve": None if curve is None else curve.state()}  # fmt: skip
+
+    def restore(self, saved: dict) -> None:
+        """The loop's part of a checkpoint (:func:`_resume` loaded the engine's and the loss's). An
+        asynchronous producer restarts from the learner's weights at the round it resumes."""
+        self.first_round, self.version, self.consumed = saved["round"], saved["version"], saved["consumed"]
+        self.res.collapse, self.learner._prev_grad = saved["collapse"], saved["prev_grad"]
+        if self.cfg.online.source == "async":
+            self.worker.sync(self.weights(), self.version)
+        else:
+            self.worker.sync(saved["worker"]["weights"], saved["worker"]["version"])
+        if self.detector is not None:
+            self.detector.rewards = saved["detector"]["rewards"]
+            self.detector.best_verified = saved["detector"]["best_verified"]
 
     def weights(self) -> dict:
         return lm_state(full_state_dict(self.engine))
@@ -421,27 +492,17 @@ class OnlineLoop:
                 "seeds": [self.seed(r) for r in range(o.rounds)], "n": o.n, "temperature": o.temperature,
                 "max_new_tokens": o.max_new_tokens, "reward_fn": self.reward_fn, "inner_epochs": o.inner_epochs,
                 "staleness": o.staleness, "max_len": self.cfg.data.max_len, "backend": o.backend,
-                "threads": max(1, torch.get_num_threads() // 2)}  # fmt: skip
+                "threads": max(1, torch.get_num_threads() // 2), "first_round": self.first_round}  # fmt: skip
 
     def run_all(self, curve) -> TrainResult:
         res, o = self.res, self.cfg.online
+        if self.saved is not None and curve is not None:
+            curve.restore(self.saved["curve"])
         self.engine.train()
+        rounds = range(self.first_round, o.rounds)
         try:
-            for rnd in progress(range(o.rounds), f"{self.run}: online rounds", enabled=D.is_main()):
-                if curve is not None:
-                    row = curve.maybe(res.compute, self.weights, step=self.version)
-                    if _collapsed(
-                        res, self.detector, self.version, verified=(row or {}).get("accuracy_verified")
-                    ):
-                        break
-                experience, stats, gen_start = self.sample(rnd)
-                rewards = torch.tensor([r.reward for r in experience])
-                self.learn(rnd, experience, stats, rewards, gen_start)
-                if self.detector is not None and (  # off: no per-round gather of the rewards
-                    (res.collapse and self.detector.stop)
-                    or _collapsed(res, self.detector, self.version, reward=_mean_over_ranks(rewards))
-                ):
-                    break
+            with C.checkpointable() if self.ckpt is not None else contextlib.nullcontext():
+                self._rounds(rounds, curve)
             if curve is not None:
                 curve.maybe(res.compute, self.weights, step=self.version, last=True)
         finally:
@@ -451,6 +512,28 @@ class OnlineLoop:
         res.optimizer_steps, res.seconds = self.version, time.time() - self.start
         res.loss_state = self.learner.state.as_dict()
         return res
+
+    def _rounds(self, rounds: range, curve) -> None:
+        res = self.res
+        for rnd in progress(rounds, f"{self.run}: online rounds", enabled=D.is_main()):
+            if curve is not None:
+                row = curve.maybe(res.compute, self.weights, step=self.version)
+                if _collapsed(
+                    res, self.detector, self.version, verified=(row or {}).get("accuracy_verified")
+                ):
+                    break
+            experience, stats, gen_start = self.sample(rnd)
+            rewards = torch.tensor([r.reward for r in experience])
+            self.learn(rnd, experience, stats, rewards, gen_start)
+            if self.detector is not None and (  # off: no per-round gather of the rewards
+                (res.collapse and self.detector.stop)
+                or _collapsed(res, self.detector, self.version, reward=_mean_over_ranks(rewards))
+            ):
+                break
+            if self.ckpt is not None:
+                self.ckpt.boundary(
+                    self.version, lambda r=rnd: self.snapshot(r + 1, curve), last=rnd == rounds[-1]
+                )
 
     def sample(self, rnd: int) -> tuple[list, dict, float]:
         """This round's graded rollouts from the source, their statistics and compute."""

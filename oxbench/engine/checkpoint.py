@@ -1,0 +1,285 @@
+"""Mid-run checkpoints and pre-emption: a cell killed at step k resumes at step k, bit for bit.
+
+A checkpoint is a directory ``<run_dir>/checkpoints/step-<k>/`` holding, for each rank,
+``rank<r>.safetensors`` (every tensor of its state) and ``rank<r>.json`` (the rest of the state, with
+references to those tensors), and ``manifest.json`` (the step, the world size and the SHA-256 of every
+file). Nothing in it is a pickle: loading one runs no code. The loops (:mod:`oxbench.engine.trainer`)
+say what their state is: the engine's model, optimiser and scheduler, every RNG, the data position,
+the loss state, the online loop's rollout weights and policy versions, and the metrics so far.
+
+Writing is atomic: the files go to a hidden ``.step-<k>.partial`` directory, the manifest is written
+last, and the directory is renamed into place. A reader takes the newest checkpoint whose manifest
+matches its files, and falls back to the one before when it does not (a truncated or corrupted file,
+a missing manifest). Only the newest ``checkpoint.keep`` are kept; all are deleted once the cell has
+finished, unless ``checkpoint.keep_final``.
+
+Pre-emption: :func:`signals_handled` turns SIGTERM, SIGUSR1 (Slurm's and submitit's warning signals)
+and SIGINT (Ctrl-C) into a request. While a loop is in a phase that can checkpoint
+(:func:`checkpointable`), the request is served at the next step boundary: a checkpoint, then
+:class:`Preempted`. Anywhere else, :class:`Preempted` is raised at once. The cell records ``preempted``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from oxbench.engine import distributed as D
+
+MANIFEST = "manifest.json"
+SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+
+
+class Preempted(BaseException):  # noqa: N818  (like KeyboardInterrupt: no `except Exception` swallows it)
+    """The cell was asked to stop (a signal); its state is in its latest checkpoint, if it has one."""
+
+
+# --------------------------------------------------------------------------- signals
+
+_requested: str | None = None
+_deferred = False  # inside checkpointable(): a signal waits for the next step boundary
+
+
+def _on_signal(signum, frame) -> None:
+    global _requested
+    _requested = signal.Signals(signum).name
+    if not _deferred:
+        raise Preempted(f"{_requested} received")
+
+
+@contextlib.contextmanager
+def signals_handled():
+    """While inside (a cell), SIGTERM, SIGUSR1 and SIGINT pre-empt it; the previous handlers after."""
+    global _requested
+    _requested = None
+    before = {name: signal.signal(getattr(signal, name), _on_signal) for name in SIGNALS}
+    try:
+        yield
+    finally:
+        for name, handler in before.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+@contextlib.contextmanager
+def checkpointable():
+    """While inside, a pre-emption signal waits for :meth:`Checkpointer.boundary` instead of raising."""
+    global _deferred
+    _deferred = True
+    try:
+        yield
+        if _requested:  # arrived after the last boundary: nothing to lose by stopping now
+            raise Preempted(f"{_requested} received")
+    finally:
+        _deferred = False
+
+
+def requested() -> str | None:
+    """The signal any rank received since the handlers were installed (a collective at world size > 1)."""
+    if D.world_size() == 1:
+        return _requested
+    names = D.all_gather_objects(_requested)
+    return next((n for n in names if n), None)
+
+
+# --------------------------------------------------------------------------- state trees
+
+
+def flatten(tree, tensors: dict[str, torch.Tensor], path: str = ""):
+    """``tree`` as JSON with every tensor moved into ``tensors`` (and referenced by key)."""
+    if isinstance(tree, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = tree.detach().cpu().contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(tree, np.ndarray):
+        return {"__ndarray__": flatten(torch.from_numpy(tree.copy()), tensors, path)}
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if isinstance(tree, tuple):
+        return {"__tuple__": [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(tree)]}
+    if isinstance(tree, list):
+        return [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(tree)]
+    if isinstance(tree, dict):
+        return {"__dict__": [[flatten(k, tensors, path), flatten(v, tensors, f"{path}/{k}")]
+                             for k, v in tree.items()]}  # fmt: skip
+    raise TypeError(f"checkpoint state {path or '/'}: cannot store a {type(tree).__name__}")
+
+
+def unflatten(tree, tensors: dict[str, torch.Tensor]):
+    if isinstance(tree, list):
+        return [unflatten(v, tensors) for v in tree]
+    if not isinstance(tree, dict):
+        return tree
+    if "__tensor__" in tree:
+        return tensors[tree["__tensor__"]]
+    if "__ndarray__" in tree:
+        return unflatten(tree["__ndarray__"], tensors).numpy()
+    if "__tuple__" in tree:
+        return tuple(unflatten(v, tensors) for v in tree["__tuple__"])
+    return {unflatten(k, tensors): unflatten(v, tensors) for k, v in tree["__dict__"]}
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def engine_state(engine) -> dict:
+    """The DeepSpeed engine's model, optimiser, scheduler and step counters (ZeRO stage 0: every rank
+    holds them whole)."""
+    return {"module": engine.module.state_dict(), "optimizer": engine.optimizer.state_dict(),
+            "scheduler": engine.lr_scheduler.state_dict(),
+            "counters": {k: getattr(engine, k) for k in ("global_steps", "global_samples", "micro_steps")}}  # fmt: skip
+
+
+def load_engine_state(engine, state: dict) -> None:
+    engine.module.load_state_dict(state["module"])
+    engine.optimizer.load_state_dict(state["optimizer"])
+    engine.lr_scheduler.load_state_dict(state["scheduler"])
+    for k, v in state["counters"].items():
+        setattr(engine, k, v)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def verify(d: Path, world_size: int) -> str | None:
+    """Why the checkpoint directory ``d`` cannot be used (None: it is whole)."""
+    try:
+        manifest = json.loads((d / MANIFEST).read_text())
+        files = manifest["files"]
+        if manifest["world_size"] != world_size:
+            return f"written by {manifest['world_size']} ranks, this run has {world_size}"
+        for name, digest in files.items():
+            if _sha256(d / name) != digest:
+                return f"{name} does not match its checksum"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable manifest or file ({type(exc).__name__}: {exc})"
+    return None
+
+
+class Checkpointer:
+    """Saves and finds one run's checkpoints (every rank calls every method: they are collective)."""
+
+    def __init__(self, run_dir: Path, every: int | None = None, keep: int = 2, keep_final: bool = False):
+        self.root = Path(run_dir) / "checkpoints"
+        self.every, self.keep, self.keep_final = every, keep, keep_final
+        self.saved: list[int] = []
+        self._last = 0  # the step of the last boundary (or of the checkpoint resumed from)
+        self.fell_back: list[str] = []  # why newer checkpoints were passed over at the last load
+
+    @classmethod
+    def from_config(cls, run_dir: Path, cfg) -> Checkpointer:
+        c = cfg.checkpoint
+        return cls(run_dir, c.every, c.keep, c.keep_final)
+
+    def boundary(self, step: int, state_fn, *, last: bool = False) -> None:
+        """After optimiser step ``step`` (a loop's state is whole here): save when a multiple of ``every``
+        was reached since the last boundary, at the ``last`` one when checkpointing is on, or when a
+        signal asked; then stop if one did."""
+        signalled = requested()
+        due = self.every is not None and (step // self.every > self._last // self.every or last)
+        self._last = step
+        if signalled or due:
+            self.save(step, state_fn())
+        if signalled:
+            raise Preempted(f"{signalled} received; checkpoint at step {step}")
+
+    def save(self, step: int, state: dict) -> Path:
+        final = self.root / f"step-{step:08d}"
+        tmp = self.root / f".step-{step:08d}.partial"
+        if D.is_main():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        D.barrier()
+        tensors: dict[str, torch.Tensor] = {}
+        skeleton = flatten(state, tensors)
+        rk = D.rank()
+        save_file(tensors, str(tmp / f"rank{rk}.safetensors"))
+        _write(tmp / f"rank{rk}.json", json.dumps(skeleton).encode())
+        D.barrier()
+        if D.is_main():
+            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+            manifest = {"step": step, "world_size": D.world_size(), "files": files}
+            _write(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            self.saved.append(step)
+            self._prune()
+        D.barrier()
+        return final
+
+    def _steps(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            (int(p.name[5:]) for p in self.root.glob("step-*") if p.name[5:].isdigit()), reverse=True
+        )
+
+    def _prune(self) -> None:
+        for step in self._steps()[self.keep :]:
+            shutil.rmtree(self.root / f"step-{step:08d}", ignore_errors=True)
+
+    def latest(self) -> tuple[int, dict] | None:
+        """(step, this rank's state) of the newest whole checkpoint, or None; a corrupt or partial one
+        is passed over (and said so on stderr) for the one before it."""
+        choice = None
+        if D.is_main():
+            self.fell_back = []
+            for step in self._steps():
+                why = verify(self.root / f"step-{step:08d}", D.world_size())
+                if why is None:
+                    choice = step
+                    break
+                self.fell_back.append(f"step-{step:08d}: {why}")
+                print(
+                    f"checkpoint step-{step:08d} is not usable ({why}); trying an older one", file=sys.stderr
+                )
+        choice = D.all_gather_objects(choice)[0]
+        if choice is None:
+            return None
+        self._last = choice
+        d = self.root / f"step-{choice:08d}"
+        rk = D.rank()
+        skeleton = json.loads((d / f"rank{rk}.json").read_text())
+        return choice, unflatten(skeleton, load_file(str(d / f"rank{rk}.safetensors")))
+
+    def finish(self) -> None:
+        """The cell finished: drop its checkpoints (all but the newest with ``keep_final``)."""
+        if not D.is_main() or not self.root.exists():
+            return
+        if self.keep_final:
+            self.keep = 1
+            self._prune()
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)

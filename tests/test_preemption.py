@@ -1,0 +1,73 @@
+"""Pre-emption through real signals and processes (issue 16): a grid told to stop by SIGTERM (Slurm's
+and most schedulers' warning) leaves its running cell checkpointed and recorded ``preempted``; the
+same command again resumes it from the checkpoint and ends where the never-stopped run ends, to the
+byte of its ``eval.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from test_executors import SLOW_PLUGIN, micro_grid, records
+
+pytestmark = pytest.mark.slow
+
+
+def _grid(tmp_path, model_dir):
+    (tmp_path / "slow_plugin.py").write_text(SLOW_PLUGIN)
+    g = yaml.safe_load(micro_grid(tmp_path, model_dir, seeds=(0,)).read_text())
+    g["axes"]["method"] = ["slow_sft"]
+    g["base"]["train"]["max_steps"] = 6
+    g["base"]["data"]["n_train"] = 24  # 6 steps of 4
+    g["base"]["checkpoint"] = {"every": 2}
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump(g))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    return grid, env
+
+
+def _start(grid, out, env) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+    return subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _losses(run_dir) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_sigterm_preempts_the_running_cell_and_the_rerun_resumes_it_bitwise(tmp_path, micro_model_dir):
+    grid, env = _grid(tmp_path, micro_model_dir)
+    whole = _start(grid, tmp_path / "whole", env)
+    assert whole.wait(timeout=600) == 0, whole.stderr.read()[-2000:]
+    (run_id,) = records(tmp_path / "whole")
+    ref = tmp_path / "whole" / "ex" / run_id
+
+    out = tmp_path / "out"
+    d = out / "ex" / run_id
+    proc = _start(grid, out, env)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (d / "checkpoints" / "step-00000002").is_dir():
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)  # the grid's process only, as a scheduler's `kill -TERM` would
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped by SIGTERM: 1 cell(s) preempted" in err
+    rec = records(out)[run_id]
+    assert rec["status"] == "preempted" and "SIGTERM received; checkpoint at step" in rec["error"], rec
+    kept = [p.name for p in (d / "checkpoints").iterdir()]
+    assert kept and all(name.startswith("step-") for name in kept), kept  # no partial one left
+
+    again = _start(grid, out, env)
+    assert again.wait(timeout=600) == 0, again.stderr.read()[-2000:]
+    rec = records(out)[run_id]
+    assert rec["status"] == "finished" and rec["resumed_from_step"] >= 2
+    assert (d / "eval.jsonl").read_bytes() == (ref / "eval.jsonl").read_bytes()
+    assert _losses(d) == _losses(ref)
+    assert not (d / "checkpoints").exists()  # deleted once the cell finished
