@@ -1,8 +1,10 @@
 """Run grid cells, each in its own process, so one crash or leak never takes the grid down.
 
 * ``local``: a pool of ``--workers`` subprocesses on this machine.
-* ``ray``: one Ray task per cell with its CPU/GPU resources (``--ray-address`` for a cluster).
-* ``slurm``: one submitit job per cell (``cluster="local"`` runs them on this machine, for tests).
+* ``ray``: one Ray task per cell with its CPU/GPU resources (``--ray-address`` for a cluster); a task
+  whose worker or node dies, or whose cell is pre-empted, is retried (``RAY_RETRIES``) and resumes.
+* ``slurm``: one submitit job per cell (``cluster="local"`` runs them on this machine, for tests); a
+  pre-empted or timed-out job checkpoints its cell and is requeued, and resumes from the checkpoint.
 
 Every executor launches the same command, ``python -m oxbench.cell CONFIG.json OUT``, whose
 process holds an exclusive lock on the run directory while it runs and dies with its parent.
@@ -68,7 +70,8 @@ def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) 
             )
             RUNNING.add(proc)
             try:
-                proc.wait()
+                while proc.poll() is None:  # not wait(): a signal handler (submitit's pre-emption) may
+                    time.sleep(0.2)  # wait for this process itself, which wait()'s held lock would block
             finally:
                 RUNNING.discard(proc)
     finally:
@@ -87,6 +90,13 @@ def interrupt_subprocesses() -> None:
     for proc in list(RUNNING):
         if proc.poll() is None:
             proc.terminate()
+
+
+def unwritable_record(cfg: RunConfig, exc: OSError) -> dict:
+    """What a cell whose run directory cannot be written returns (nothing can be recorded there): a
+    one-line failure; whatever it left on disk is not ``finished``, so a rerun resumes it."""
+    return {"run_id": cfg.run_id(), "status": "failed",
+            "error": f"cannot write its run directory: {type(exc).__name__}: {exc}"}  # fmt: skip
 
 
 def locked_record(cfg: RunConfig) -> dict:
@@ -317,13 +327,16 @@ def run_local(
         idle.put(w)
 
     def run_cell_process(c: RunConfig) -> dict:
-        if nproc > 1 or not warm:  # a torchrun world, or asked for: a fresh process per cell
-            return run_subprocess(c, out, nproc, workers)
-        w = idle.get()
         try:
-            return w.run(c, out)
-        finally:
-            idle.put(w)
+            if nproc > 1 or not warm:  # a torchrun world, or asked for: a fresh process per cell
+                return run_subprocess(c, out, nproc, workers)
+            w = idle.get()
+            try:
+                return w.run(c, out)
+            finally:
+                idle.put(w)
+        except OSError as exc:  # its run directory cannot be written (a full disk, a read-only mount)
+            return unwritable_record(c, exc)
 
     results = []
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
@@ -357,9 +370,53 @@ def run_local(
     return results
 
 
-def _remote_cell(cfg_dict: dict, out: str, nproc: int) -> dict:
-    """The cell entry a Ray task or a Slurm job runs: plain arguments in, the run record out."""
-    return run_subprocess(RunConfig(**cfg_dict), Path(out), nproc)
+class CellPreempted(RuntimeError):
+    """A Ray task's cell was pre-empted (its record says so, its checkpoint holds it): Ray retries it."""
+
+
+def _remote_cell(
+    cfg_dict: dict, out: str, nproc: int, raise_preempted: bool = False, plugins: str = ""
+) -> dict:
+    """The cell entry a Ray task or a Slurm job runs: plain arguments in, the run record out. ``plugins``
+    (``$OXBENCH_PLUGINS`` of the grid) are loaded first: a plugin's loss is part of the cell's run_id."""
+    from oxbench.plugins import load_env_plugins
+
+    if plugins:
+        os.environ["OXBENCH_PLUGINS"] = plugins
+        load_env_plugins()
+    rec = run_subprocess(RunConfig(**cfg_dict), Path(out), nproc)
+    if raise_preempted and rec.get("status") == "preempted":
+        raise CellPreempted(rec.get("error"))
+    return rec
+
+
+RAY_RETRIES = 3  # a task whose worker or node died, or whose cell was pre-empted, runs again (and resumes)
+
+
+def stop_subprocesses(timeout: float = 120.0) -> None:
+    """SIGTERM the running cell processes and give them ``timeout`` seconds to checkpoint and record."""
+    interrupt_subprocesses()
+    for proc in list(RUNNING):
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def slurm_cell():
+    """A cell as a submitit job. Pre-empted or timed out (submitit's signal), it stops its cell process,
+    which checkpoints, and asks submitit to requeue it; the requeued job resumes the cell from there."""
+    import submitit
+
+    class SlurmCell(submitit.helpers.Checkpointable):
+        def __call__(self, cfg_dict: dict, out: str, nproc: int, plugins: str = "") -> dict:
+            return _remote_cell(cfg_dict, out, nproc, plugins=plugins)
+
+        def checkpoint(self, *args, **kwargs):
+            stop_subprocesses()
+            return super().checkpoint(*args, **kwargs)
+
+    return SlurmCell()
 
 
 def run_ray(
@@ -379,8 +436,10 @@ def run_ray(
     if started_here:
         kwargs = {"address": address} if address else {"num_cpus": max(1, workers) * cpus_per_cell}
         ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
-    task = ray.remote(num_cpus=cpus_per_cell, num_gpus=gpus_per_cell, max_retries=0)(_remote_cell)
-    refs = {task.remote(c.model_dump(), str(Path(out).resolve()), nproc): c for c in cells}
+    task = ray.remote(num_cpus=cpus_per_cell, num_gpus=gpus_per_cell, max_retries=RAY_RETRIES,
+                      retry_exceptions=[CellPreempted])(_remote_cell)  # fmt: skip
+    plugins = os.environ.get("OXBENCH_PLUGINS", "")
+    refs = {task.remote(c.model_dump(), str(Path(out).resolve()), nproc, True, plugins): c for c in cells}
     results = []
     pending = list(refs)
     while pending:
@@ -388,7 +447,8 @@ def run_ray(
         for ref in done:
             try:
                 rec = ray.get(ref)
-            except Exception as exc:  # a dead worker is a failed cell, never a lost one
+            except Exception as exc:  # a dead worker is a failed cell, never a lost one (a cell still
+                # pre-empted after its retries keeps its own record, which says so)
                 rec = failed_record(refs[ref], out, f"ray task failed: {type(exc).__name__}")
             results.append(rec)
             if on_done:
@@ -413,7 +473,10 @@ def run_slurm(
     folder = folder or str(Path(out) / ".submitit")
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
     ex.update_parameters(timeout_min=(slurm_kwargs or {}).pop("timeout_min", 240), **(slurm_kwargs or {}))
-    jobs = [(c, ex.submit(_remote_cell, c.model_dump(), str(Path(out).resolve()), nproc)) for c in cells]
+    plugins = os.environ.get("OXBENCH_PLUGINS", "")
+    jobs = [
+        (c, ex.submit(slurm_cell(), c.model_dump(), str(Path(out).resolve()), nproc, plugins)) for c in cells
+    ]
     results = []
     for c, job in jobs:
         try:

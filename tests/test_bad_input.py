@@ -55,6 +55,9 @@ def test_duplicate_yaml_keys_are_an_error_not_last_wins(tmp_path):
         ("eval", {"n_test": 0}, "'eval.n_test': must be >= 1"),
         ("model", {"lora": {"r": 0}}, "'model.lora.r': must be >= 1"),
         ("train", {"lr": "fast"}, "'train.lr': Input should be a valid number"),
+        ("checkpoint", {"every": 0}, "'checkpoint.every': must be >= 1"),
+        ("checkpoint", {"keep": 0}, "'checkpoint.keep': must be >= 1"),
+        ("checkpoint", {"evry": 2}, "'checkpoint.evry'"),
     ],
 )
 def test_values_out_of_range_nan_or_of_the_wrong_type(tmp_path, micro_model_dir, section, value, needle):
@@ -213,3 +216,10 @@ def test_nothing_a_user_can_place_is_unpickled():
             if "torch.load(" in code and "weights_only=True" not in code:
                 offending.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
     assert offending == []
+
+
+def test_checkpoint_settings_leave_the_run_id_alone():
+    """How a run is kept is not what it computes: a run checkpointed every 5 steps is the same run."""
+    from oxbench.config import RunConfig
+
+    assert RunConfig(checkpoint={"every": 5, "keep": 1}).run_id() == RunConfig().run_id()

@@ -135,17 +135,20 @@ def test_deepspeed_builds_no_shm_op(tmp_path):
     assert "shm_comm" not in res.stdout + res.stderr and not ext.exists()
 
 
-@pytest.mark.parametrize("method", ["dpo", "sgrpo"])
-def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir, method):
+@pytest.mark.parametrize("method,zero", [("dpo", 0), ("sgrpo", 0), ("dpo", 3)])
+def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir, method, zero):
     """Two ranks, pre-empted after step 2 of 4 (the flag raised on rank 0 only: the ranks agree through
-    the collective check) and resumed from the checkpoint: the weights are bitwise those of the run
-    that was never stopped."""
+    the collective check) and resumed from the checkpoint (under ZeRO-3 each rank's own optimiser and
+    master-weight partition): the weights are bitwise those of the run that was never stopped."""
     (tmp_path / "whole").mkdir()
-    whole = run_worker(tmp_path / "whole", micro_model_dir, method, 0, 2, 1, 4, nproc=2)
+    whole = run_worker(tmp_path / "whole", micro_model_dir, method, zero, 2, 1, 4, nproc=2)
     ckpt = {"CKPT_DIR": str(tmp_path / "ckpt")}
-    run_worker(tmp_path, micro_model_dir, method, 0, 2, 1, 4, nproc=2, env_extra={**ckpt, "STOP_AT": "2"},
+    run_worker(tmp_path, micro_model_dir, method, zero, 2, 1, 4, nproc=2, env_extra={**ckpt, "STOP_AT": "2"},
                expect_rc=1)  # fmt: skip
-    assert sorted(p.name for p in (tmp_path / "ckpt" / "checkpoints").iterdir()) == ["step-00000002"]
-    again = run_worker(tmp_path, micro_model_dir, method, 0, 2, 1, 4, nproc=2, env_extra=ckpt)
+    saved = tmp_path / "ckpt" / "checkpoints" / "step-00000002"
+    assert sorted(p.name for p in saved.iterdir()) == [
+        "manifest.json", "rank0.json", "rank0.safetensors", "rank1.json", "rank1.safetensors"
+    ]  # fmt: skip
+    again = run_worker(tmp_path, micro_model_dir, method, zero, 2, 1, 4, nproc=2, env_extra=ckpt)
     assert again["resumed_from"] == 2 and again["steps"] == whole["steps"] == 4
     assert_same_params(whole["params"], again["params"], atol=0)

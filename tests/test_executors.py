@@ -306,3 +306,67 @@ def test_two_runs_of_one_grid_share_the_work(tmp_path, micro_model_dir):
     assert calls == (tmp_path / "alone.calls").read_text().count("\n"), "a cell was trained twice"
     for k in recs:  # the log of the process that trained the cell survived
         assert "slow_sft" in (out / "ex" / k / "train.log").read_text(), k
+
+
+FULL_DISK_PLUGIN = """
+import errno
+import os
+
+from oxbench import executors, runs
+
+_config_file = executors._config_file
+_log = runs.MetricsLog.__call__
+
+
+def config_file(cfg, d):  # the grid cannot write the run directory of seed 1
+    if cfg.seed == 1 and os.environ.get("FULL_DISK"):
+        raise OSError(errno.ENOSPC, "No space left on device", str(d))
+    return _config_file(cfg, d)
+
+
+def log(self, row):  # the cell of seed 2 cannot append its metrics at step 2
+    if '-s2-' in str(self.path) and row["step"] == 2 and os.environ.get("FULL_DISK"):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+    return _log(self, row)
+
+
+executors._config_file = config_file
+runs.MetricsLog.__call__ = log
+
+from losses import LossSpec
+from losses.sft import spec as sft
+
+spec = LossSpec(name="sft_full_disk", fn=sft.fn, paradigm="sft", data="sft", needs_reference=False,
+                paper="none", description="sft on a disk that fills up (tests only)")
+"""
+
+
+def test_a_full_disk_mid_grid_is_a_one_line_failure_and_resumable(tmp_path, micro_model_dir):
+    """ENOSPC where the grid writes a cell's files, and inside a cell while it trains: each is a one-line
+    failure naming the file, the other cells finish, the grid exits 1 with no traceback, and a rerun
+    (the disk freed) runs only the two that failed."""
+    (tmp_path / "full_disk.py").write_text(FULL_DISK_PLUGIN)
+    g = yaml.safe_load(micro_grid(tmp_path, micro_model_dir, seeds=(0, 1, 2)).read_text())
+    g["base"]["train"]["max_steps"] = 2
+    g["axes"]["method"] = ["sft_full_disk"]
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump(g))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    cmd = ["run", "--grid", str(grid), "--out", str(out), "--plugin", "full_disk"]
+    proc = oxbench(*cmd, env={**env, "FULL_DISK": "1"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert "cannot write its run directory: OSError: [Errno 28] No space left on device" in err, err
+    assert (
+        "OSError: [Errno 28] No space left on device"
+        in records(out)[next(k for k in records(out) if "-s2-" in k)]["error"]
+    )
+    assert sorted(r["status"] for r in records(out).values()) == [
+        "failed",
+        "finished",
+    ]  # seed 1: nothing written
+    proc = oxbench(*cmd, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "to run 2" in proc.stdout and len(records(out)) == 3
+    assert all(r["status"] == "finished" for r in records(out).values())

@@ -71,3 +71,62 @@ def test_sigterm_preempts_the_running_cell_and_the_rerun_resumes_it_bitwise(tmp_
     assert (d / "eval.jsonl").read_bytes() == (ref / "eval.jsonl").read_bytes()
     assert _losses(d) == _losses(ref)
     assert not (d / "checkpoints").exists()  # deleted once the cell finished
+
+
+def _process_with(*words: bytes) -> int:
+    """The pid of the process whose command line has every one of ``words`` as an argument."""
+    for proc in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{proc}/cmdline", "rb").read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if all(w in cmd for w in words):
+            return int(proc)
+    raise AssertionError(f"no process with {words}")
+
+
+def _submitit_task(folder) -> int:
+    """The pid of the process running submitit's job (``python -m submitit.core._submit FOLDER``)."""
+    return _process_with(b"submitit.core._submit", str(folder).encode())
+
+
+def test_a_preempted_slurm_job_checkpoints_is_requeued_and_resumes(tmp_path, micro_model_dir):
+    """submitit's pre-emption signal (SIGUSR2 to the job, as Slurm sends before pre-empting) makes the
+    job stop its cell, which checkpoints; submitit requeues the job, and the requeued job resumes the
+    cell from that checkpoint to a finished record. (submitit's local cluster: its job id is the pid.)"""
+    pytest.importorskip("submitit")
+    grid, env = _grid(tmp_path, micro_model_dir)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out),
+           "--plugin", "slow_plugin", "--executor", "slurm", "--slurm-cluster", "local"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("ex/*/checkpoints/step-00000002")):
+        time.sleep(0.1)
+    (job,) = {p.name.split("_")[0] for p in (out / ".submitit").glob("*_submitted.pkl")}
+    os.kill(_submitit_task(out / ".submitit"), signal.SIGUSR2)  # the job's task, as Slurm signals it
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    (rec,) = records(out).values()
+    assert rec["status"] == "finished" and rec["resumed_from_step"] >= 2, rec
+    logs = " ".join(p.read_text() for p in (out / ".submitit").glob(f"{job}_*_log.*"))
+    assert "this job is preempted" in logs and f"Requeued job {job}" in logs, logs[-2000:]
+
+
+def test_a_preempted_ray_cell_is_retried_and_resumes(tmp_path, micro_model_dir):
+    """SIGTERM to the cell process under a Ray task (a node being drained): the cell checkpoints and
+    records ``preempted``, the task raises, Ray retries it, and the retry resumes from the checkpoint."""
+    pytest.importorskip("ray")
+    grid, env = _grid(tmp_path, micro_model_dir)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out),
+           "--plugin", "slow_plugin", "--executor", "ray"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("ex/*/checkpoints/step-00000002")):
+        time.sleep(0.1)
+    os.kill(_process_with(b"oxbench.cell", str(out).encode()), signal.SIGTERM)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    (rec,) = records(out).values()
+    assert rec["status"] == "finished" and rec["resumed_from_step"] >= 2, rec

@@ -139,17 +139,29 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
+DERIVED = ("loss_scaler", "param_slice_mappings")  # ZeRO state DeepSpeed rebuilds from its config
+
+
 def engine_state(engine) -> dict:
-    """The DeepSpeed engine's model, optimiser, scheduler and step counters (ZeRO stage 0: every rank
-    holds them whole)."""
-    return {"module": engine.module.state_dict(), "optimizer": engine.optimizer.state_dict(),
-            "scheduler": engine.lr_scheduler.state_dict(),
+    """The DeepSpeed engine's model, optimiser, scheduler and step counters. ZeRO 1-3: this rank's
+    optimiser partition with its fp32 master weights (the model is rebuilt from them), without the
+    objects DeepSpeed derives from its config (a static loss scaler, the parameter slice map)."""
+    stage = engine.zero_optimization_stage()
+    optimizer = {k: v for k, v in engine.optimizer.state_dict().items() if k not in DERIVED}
+    return {"module": engine.module.state_dict() if stage < 3 else None, "optimizer": optimizer,
+            "scheduler": engine.lr_scheduler.state_dict(), "zero_stage": stage,
             "counters": {k: getattr(engine, k) for k in ("global_steps", "global_samples", "micro_steps")}}  # fmt: skip
 
 
 def load_engine_state(engine, state: dict) -> None:
-    engine.module.load_state_dict(state["module"])
-    engine.optimizer.load_state_dict(state["optimizer"])
+    if state["module"] is not None:
+        engine.module.load_state_dict(state["module"])
+    if state["zero_stage"] == 0:
+        engine.optimizer.load_state_dict(state["optimizer"])
+    else:  # DeepSpeed takes every rank's partition in a list and reads its own
+        parts = [None] * D.world_size()
+        parts[D.rank()] = state["optimizer"] | {"loss_scaler": engine.optimizer.loss_scaler}  # the live one
+        engine.optimizer.load_state_dict(parts, load_optimizer_states=True, load_from_fp32_weights=True)
     engine.lr_scheduler.load_state_dict(state["scheduler"])
     for k, v in state["counters"].items():
         setattr(engine, k, v)
