@@ -61,4 +61,4 @@ def run_locked(cfg: RunConfig, out: Path) -> dict | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    D.exit_process(main(sys.argv[1:]))

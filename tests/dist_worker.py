@@ -73,7 +73,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
         engine, res = _train(cfg, spec, model, tok, method, curve, extra)
     except C.Preempted:
         D.shutdown()
-        sys.exit(4)
+        D.exit_process(4)
     state = full_state_dict(engine)
     if D.is_main():
         torch.save(
@@ -87,6 +87,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
             out,
         )
     D.shutdown()
+    D.exit_process(0)
 
 
 def _train(cfg, spec, model, tok, method, curve, extra):

@@ -72,6 +72,21 @@ def barrier() -> None:
         dist.barrier()
 
 
+_was_distributed = False  # this process ran in a world of several ranks (see exit_process)
+
+
+def exit_process(code: int) -> None:
+    """End a rank's process with ``code`` after :func:`shutdown`. A process that ran with other ranks
+    leaves through ``os._exit`` (streams flushed), skipping the interpreter's and C++'s teardown, where
+    gloo's threads can still be torn down joinable and abort the process ("terminate called without an
+    active exception", seen once in a CI run) after its work is done and recorded."""
+    if not _was_distributed:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def shutdown() -> None:
     """Leave the process group cleanly: every rank waits, then the group is destroyed.
 
@@ -81,7 +96,9 @@ def shutdown() -> None:
     ``init_distributed`` in the same process (a test, a warm worker) then starts from a clean slate
     instead of meeting a destroyed group ("Group ... is not registered").
     """
+    global _was_distributed
     if dist.is_available() and dist.is_initialized():
+        _was_distributed = _was_distributed or world_size() > 1
         barrier()
         if "deepspeed" in sys.modules:
             import deepspeed.comm
