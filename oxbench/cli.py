@@ -222,6 +222,7 @@ def run(
     except GridError as exc:
         fail(str(exc))
     counts = print_plan(cells, out)
+    _warn_missing_trackers(cells)
     if plan:
         return
     todo = [c for c in cells if _status(c, out) != "finished"]
@@ -245,6 +246,21 @@ def run(
     del counts
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
+
+
+def _warn_missing_trackers(cells) -> None:
+    """A ``track:`` backend whose package is missing: one line now (each run then logs to its records)."""
+    import importlib.util
+
+    from oxbench.tracking import PACKAGES
+
+    for backend in sorted({b for c in cells for b in c.track}):
+        if importlib.util.find_spec(PACKAGES[backend]) is None:
+            err_console.print(
+                f"[yellow]warning[/yellow] track: {backend} is not installed (pip install 'oxbench\\[track]'); "
+                "runs log to their records only",
+                highlight=False,
+            )
 
 
 @contextlib.contextmanager
@@ -381,15 +397,22 @@ def _bad_input(error: str | None) -> bool:
     return (error or "").startswith("SubsetError:")
 
 
-@app.command("losses")
+losses_app = typer.Typer(add_completion=False, no_args_is_help=False)
+app.add_typer(losses_app, name="losses")
+
+
+@losses_app.callback(invoke_without_command=True)
 def list_losses(
+    ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Every spec's metadata as JSON."),
     plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
 ):
-    """The loss registry: built-ins and installed plugins."""
+    """The loss registry: built-ins and installed plugins (``new`` and ``check``: a contributor's loop)."""
     import losses
 
     _load_plugins(plugin)
+    if ctx.invoked_subcommand is not None:
+        return
     try:
         specs = losses.all_specs()
     except losses.LossError as exc:
@@ -403,6 +426,108 @@ def list_losses(
     for s in specs:
         t.add_row(s.name, s.paradigm, s.data, "yes" if s.needs_reference else "no", s.paper, str(s.version))
     out_console.print(t)
+
+
+@losses_app.command("new")
+def losses_new(
+    name: str = typer.Argument(
+        ..., help="The loss's name, as grids will write it (a lower-case identifier)."
+    ),
+    directory: Path = typer.Option(Path("."), "--dir", help="Where the package directory goes."),
+):
+    """Write a new loss as a plugin package: module, hand-computed test, entry point."""
+    from oxbench.scaffold import new_loss
+
+    try:
+        root = new_loss(name, directory)
+    except ValueError as exc:
+        fail(str(exc))
+    out_console.print(f"wrote {root}: edit oxbench_{name}/__init__.py, then\n"
+                      f"  pip install -e {root} && oxbench losses check {name} && pytest {root}/tests", highlight=False)  # fmt: skip
+
+
+@losses_app.command("check")
+def losses_check(
+    target: str = typer.Argument(..., help="MODULE:ATTR (e.g. my_module:spec) or a registered loss name."),
+    fast: bool = typer.Option(False, "--fast", help="Skip the three trainer steps (rule 'trains')."),
+):
+    """Run the loss contract on a spec; each broken rule is one line naming it (exit 1)."""
+    import losses
+    from oxbench.losscheck import RULES, check, load_spec
+
+    try:
+        spec = load_spec(target)
+    except (ImportError, AttributeError, losses.LossError) as exc:
+        fail(f"{target}: {type(exc).__name__}: {exc}")
+    failures = check(spec, [r for r in RULES if not (fast and r == "trains")])
+    for line in failures:
+        err_console.print(f"[red]broken[/red] {spec.name}: {line}", highlight=False, soft_wrap=True)
+    if failures:
+        raise typer.Exit(1)
+    out_console.print(
+        f"{spec.name}: every rule holds ({', '.join(r for r in RULES if not (fast and r == 'trains'))})"
+    )
+
+
+@app.command()
+def status(
+    directory: Path = typer.Argument(..., help="A grid's output directory (e.g. runs/quickstart)."),
+    grid: Path | None = typer.Option(None, "--grid", help="The grid file: also list the cells not started."),
+):
+    """A study in progress, from its records alone: each cell (finished, running at which step,
+    pre-empted with its checkpoint, failed with its error, to run) and the partial leaderboard."""
+    if not directory.is_dir():
+        fail(f"{directory}: no such results directory")
+    known = {p.parent.name: p.parent for p in sorted(directory.rglob("run.json"))}
+    if grid is not None:
+        try:
+            cells = expand(load_grid(grid), str(grid))
+        except GridError as exc:
+            fail(str(exc))
+        known |= {c.run_id(): None for c in cells if c.run_id() not in known}
+    t = Table(title=f"{directory}: {len(known)} cells")
+    for col in ("cell", "status", "where"):
+        t.add_column(col, overflow="fold")
+    records, counts = [], {}
+    for run_id, d in known.items():
+        rec = read_record(d) if d is not None else None
+        state, where = _cell_state(d, rec)
+        counts[state] = counts.get(state, 0) + 1
+        records += [rec] if rec is not None else []
+        t.add_row(run_id, state, where)
+    out_console.print(t)
+    out_console.print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    finished = [r for r in records if r["status"] == "finished"]
+    if finished:
+        out_console.print(summary_table(records, f"{directory}: accuracy (%) so far, mean ± std over seeds"))
+
+
+def _cell_state(d: Path | None, rec: dict | None) -> tuple[str, str]:
+    """(status, where it is) of one cell: a ``running`` record whose lock nobody holds was killed."""
+    import fcntl
+
+    if d is None:
+        return "to run", ""
+    if rec is None:
+        return ("corrupt" if (d / "run.json").exists() else "to run"), ""
+    steps = (d / "metrics.jsonl").read_text().splitlines() if (d / "metrics.jsonl").is_file() else []
+    last = json.loads(steps[-1]).get("step") if steps else 0
+    checkpoints = (
+        sorted(p.name for p in (d / "checkpoints").glob("step-*")) if (d / "checkpoints").is_dir() else []
+    )
+    resumable = f"; resumes from {checkpoints[-1]}" if checkpoints else ""
+    if rec["status"] == "running":
+        try:
+            with open(d / ".lock") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: its process is gone
+            return "killed", f"at step {last}{resumable}"
+        except BlockingIOError:
+            return "running", f"step {last}"
+        except OSError:
+            return "killed", f"at step {last}{resumable}"
+    if rec["status"] in ("failed", "preempted"):
+        return rec["status"], f"{rec.get('error') or ''}{resumable}"
+    return rec["status"], f"accuracy {100 * (rec.get('metrics') or {}).get('accuracy', float('nan')):.1f}%"
 
 
 @app.command()

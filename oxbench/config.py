@@ -441,6 +441,8 @@ class RunConfig(Strict):
     loss: dict[str, Any] = Field(default_factory=dict)  # hyper-parameters overriding the loss's defaults
     seed_overrides: Seeds = Seeds()
     checkpoint: CheckpointConfig = CheckpointConfig()  # how the run is kept: not part of its identity
+    # live tracking (oxbench/tracking.py): where the run's metrics also go; not part of its identity
+    track: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = ["tensorboard"]
     # the dotted paths of the grid axes that vary, other than scale, method and seed (set by
     # oxbench.grid.expand): with scale, method and LoRA they name the cell's arm. Not part of the
     # run_id or the config hash, so the same config keeps its id whichever grid it came from.
@@ -475,8 +477,8 @@ class RunConfig(Strict):
         return self
 
     def identity(self) -> dict:
-        """The config that identifies the run (everything but ``arm_keys`` and ``checkpoint``)."""
-        return {k: v for k, v in self.hash_view().items() if k not in ("arm_keys", "checkpoint")}
+        """The config that identifies the run (everything but ``arm_keys``, ``checkpoint`` and ``track``)."""
+        return {k: v for k, v in self.hash_view().items() if k not in ("arm_keys", "checkpoint", "track")}
 
     def arm(self) -> dict[str, Any]:
         """The arm this cell belongs to: ``scale``, ``method``, ``lora`` and the value of every key in

@@ -24,10 +24,11 @@ from oxbench.engine.curves import Curve
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import base_model_path, count_parameters, load_model
-from oxbench.record import RunRecord
+from oxbench.record import RunRecord, arm_label
 from oxbench.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.tasks import load_task_split
 from oxbench.tasks.grading import is_correct
+from oxbench.tracking import Tracker
 from oxbench.utils import cache_root, content_hash, write_json_atomic, write_jsonl_atomic
 
 
@@ -224,12 +225,21 @@ def _difficulty(cfg: RunConfig, model, tok, base_key: dict, verbose: bool) -> di
     return _on_main_first(lambda: difficulty.measure(model, tok, rows, cfg, base_key, verbose=verbose))
 
 
-def _curve(cfg: RunConfig, model, tok, base_key: dict, d: Path) -> Curve | None:
+def _curve(cfg: RunConfig, model, tok, base_key: dict, d: Path, tracker: Tracker | None) -> Curve | None:
     if cfg.eval.every is None:
         return None
     correct = _difficulty(cfg, model, tok, base_key, False) if cfg.data.subset is not None else None
     rows = validation_rows(cfg, correct)
-    return Curve(cfg, model, tok, rows, d / "curve.jsonl", seed=cfg.seeds()["eval"])
+    curve = Curve(cfg, model, tok, rows, d / "curve.jsonl", seed=cfg.seeds()["eval"])
+    curve.tracker = tracker if D.is_main() else None
+    return curve
+
+
+def _tracker(cfg: RunConfig, d: Path) -> Tracker:
+    """The run's live trackers: project = grid, run = "<arm> s<seed>", group = arm."""
+    arm = arm_label(cfg.arm(), cfg.method)
+    return Tracker.start(cfg.track, run_dir=d, project=cfg.grid, name=f"{arm} s{cfg.seed}", group=arm,
+                         config=cfg.model_dump(mode="json"))  # fmt: skip
 
 
 def random_reward(completion: str, answer: str) -> float:
@@ -268,6 +278,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         packages=packages(),
     )
     t0 = time.time()
+    tracker = Tracker()  # none until the run starts training
     D.init_distributed()
     record.world_size = D.world_size()
     if D.is_main():
@@ -288,7 +299,10 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         record.data = stats
         t_train = time.time()
         torch.manual_seed(seeds["init"])
-        log = MetricsLog(d / "metrics.jsonl") if D.is_main() else None
+        if D.is_main():
+            tracker = _tracker(cfg, d)
+            record.tracking = tracker.status
+        log = MetricsLog(d / "metrics.jsonl", tracker) if D.is_main() else None
         train = train_online if (spec.data == "online" or spec.generates_own_pairs) else train_offline
         kwargs = (
             {}
@@ -297,7 +311,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         )
         if train is train_online:
             kwargs = {"reward_fn": reward_function(cfg.online.reward_grader),
-                      "curve": _curve(cfg, model, tok, base_key, d)}  # fmt: skip
+                      "curve": _curve(cfg, model, tok, base_key, d, tracker)}  # fmt: skip
         ckpt = Checkpointer.from_config(d, cfg)
         engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, ckpt=ckpt, **kwargs)
         record.resumed_from_step = res.resumed_from
@@ -320,6 +334,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
             metrics.update(base_metrics(cfg, base_path, base_key))
             record.metrics = metrics
             write_jsonl_atomic(d / "eval.jsonl", outcomes)
+            tracker.log("eval", metrics, res.optimizer_steps)
         record.timing = {
             "data_s": round(t_train - t_data, 1),
             "train_s": round(t_eval - t_train, 1),
@@ -336,6 +351,8 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         record.traceback = traceback.format_exc(limit=20)
         record.timing = {"total_s": round(time.time() - t0, 1)}
     if D.is_main():
+        tracker.close()
+        record.tracking = tracker.status or None
         write_record(d, record)
         if record.status == "finished":
             Checkpointer.from_config(d, cfg).finish()

@@ -93,16 +93,19 @@ def git_sha() -> str:
 
 
 class MetricsLog:
-    """Appends one JSON line per logged step to ``metrics.jsonl`` (truncated at the run's start)."""
+    """Appends one JSON line per logged step to ``metrics.jsonl`` (truncated at the run's start), and
+    sends it to the run's live trackers (:class:`oxbench.tracking.Tracker`), if any."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def __init__(self, path: Path, tracker=None):
+        self.path, self.tracker = Path(path), tracker
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("")
 
     def __call__(self, row: dict) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        if self.tracker is not None:
+            self.tracker.log("train", row, row["step"])
 
     def restart(self, rows: list[dict]) -> None:
         """Back to a checkpoint's rows (a resumed run drops what it logged after that checkpoint)."""

@@ -30,6 +30,7 @@ class Curve:
     def __init__(self, cfg: RunConfig, lm, tokenizer, rows: list[dict], path: Path | None, *, seed: int):
         self.cfg, self.rows, self.seed, self.tokenizer = cfg, rows, seed, tokenizer
         self.every, self.next, self.taken = cfg.eval.every, 0, None
+        self.tracker = None  # the run's live trackers (rank 0), set by the runner
         self.path = path if D.is_main() else None
         self.model = copy.deepcopy(lm).eval() if D.is_main() else None
         if self.path is not None:
@@ -68,5 +69,7 @@ class Curve:
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
+            if self.tracker is not None:
+                self.tracker.log("curve", row, done)
         D.barrier()
         return row
