@@ -15,7 +15,6 @@ variance shares, and paired tests over problems between the smallest and the lar
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import isocompute as iso
+from analysis.figures import figure, save
 
 AVG_AT = re.compile(r"avg_at_(\d+)$")
 
@@ -62,38 +62,6 @@ def analyse(curves: pd.DataFrame, *, n_boot: int = 200, seed: int = 0) -> dict:
 # --------------------------------------------------------------------------------------- figures
 
 
-def _figure(width=5.2, height=3.4):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "oxbench", "font.size": 9})
-    return plt.subplots(figsize=(width, height))
-
-
-def _save(fig, name: str, out_dir: Path | None) -> str:
-    """The figure as inline SVG (no XML prologue); also ``out_dir/name.svg`` and ``.pdf``. Log axes keep
-    their major labels only (minor ones overlap)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
-
-    for ax in fig.axes:
-        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
-            if scale == "log":
-                axis.set_minor_formatter(NullFormatter())
-    fig.tight_layout()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    svg = buf.getvalue()
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / f"{name}.svg").write_text(svg, encoding="utf-8")
-        fig.savefig(out_dir / f"{name}.pdf", metadata={"CreationDate": None, "ModDate": None})
-    plt.close(fig)
-    return svg[svg.index("<svg") :]
-
-
 def _colors(ns):
     import matplotlib
 
@@ -102,7 +70,7 @@ def _colors(ns):
 
 
 def frontier_figure(cur: pd.DataFrame, res: dict, metric: str, subset: str, out_dir) -> str:
-    fig, ax = _figure()
+    fig, ax = figure()
     col = _colors(cur["n"].unique())
     pts = cur[cur["rollouts"] > 0]
     for n, g in pts.groupby("n"):
@@ -115,13 +83,13 @@ def frontier_figure(cur: pd.DataFrame, res: dict, metric: str, subset: str, out_
     ax.set(xscale="log", xlabel="compute C (rollouts)", ylabel=f"validation {metric.replace('_at_', '@')}",
            title=f"{subset}: frontier, points and per-n sigmoid fits")  # fmt: skip
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, f"frontier_{subset}", out_dir)
+    return save(fig, f"frontier_{subset}", out_dir)
 
 
 def n_star_figure(res: dict, subset: str, out_dir) -> str | None:
     if "n_star" not in res:
         return None
-    fig, ax = _figure()
+    fig, ax = figure()
     ns, grid = res["n_star"], np.asarray(res["n_star"]["log_c"])
     env = iso.n_star(res["fits"], grid)
     ax.step(env["C"], env["n_star"], where="mid", color="black", label="n* (envelope of fits)")
@@ -140,7 +108,7 @@ def n_star_figure(res: dict, subset: str, out_dir) -> str | None:
     ax.set_yticks(sorted(set(res["fits"]["n"])))
     ax.yaxis.set_major_formatter(_int_formatter())
     ax.legend(fontsize=7)
-    return _save(fig, f"n_star_{subset}", out_dir)
+    return save(fig, f"n_star_{subset}", out_dir)
 
 
 def _int_formatter():
@@ -151,7 +119,7 @@ def _int_formatter():
 
 def best_worst_figure(analysis: dict, out_dir) -> str:
     k = analysis["k"]
-    fig, axes = _figure(7.0, 3.0)
+    fig, axes = figure(7.0, 3.0)
     fig.delaxes(axes)
     for i, kind in enumerate(("best", "worst")):
         ax = fig.add_subplot(1, 2, i + 1)
@@ -168,11 +136,11 @@ def best_worst_figure(analysis: dict, out_dir) -> str:
         )
         ax.xaxis.set_major_formatter(_int_formatter())
         ax.legend(fontsize=7)
-    return _save(fig, "best_worst", out_dir)
+    return save(fig, "best_worst", out_dir)
 
 
 def curves_figure(cur: pd.DataFrame, metric: str, subset: str, out_dir) -> str:
-    fig, ax = _figure()
+    fig, ax = figure()
     col = _colors(cur["n"].unique())
     styles = dict(zip(sorted(cur["B_p"].unique()), ("-", "--", ":", "-.")))
     for _, run in cur.groupby("run_id"):
@@ -192,7 +160,7 @@ def curves_figure(cur: pd.DataFrame, metric: str, subset: str, out_dir) -> str:
     ax.set(xscale="log", xlabel="compute C (rollouts; base at 1)", ylabel=f"validation {metric.replace('_at_', '@')}",
            title=f"{subset}: learning curves, every run")  # fmt: skip
     ax.legend(fontsize=6, ncol=2)
-    return _save(fig, f"curves_{subset}", out_dir)
+    return save(fig, f"curves_{subset}", out_dir)
 
 
 def figures(curves: pd.DataFrame, analysis: dict, out_dir: Path | None) -> list[tuple[str, str]]:

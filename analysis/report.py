@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
-import numpy as np
 import pandas as pd
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
+from analysis import figures as figs
 from analysis.leverage import leverage, task_leverage
 from analysis.runs import (
     RUN_COLUMNS,
@@ -88,8 +88,6 @@ PALETTE = (
     "#79706e",
 )
 DASHES = ("", "6 3", "2 3")
-FONT = 12
-ROW = 18
 
 
 def write_report(
@@ -234,6 +232,7 @@ class Table:
     id: str
     columns: list[Column]
     rows: list[list[Cell]] = field(default_factory=list)
+    foot: list[list[Cell]] = field(default_factory=list)  # reference rows (base model, chance): not sorted
 
 
 def _key(x: float | None) -> str:
@@ -321,16 +320,18 @@ def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: fl
     ood = OOD in arms.columns and arms[OOD].notna().any()
     paired, paired_errors = _paired_tables(data.outcomes, arms, baseline, correction, alpha)
     tested = tests.groupby("scale", sort=False)["p"].count().to_dict()  # m per scale
+    out_dir = data.root / "figures"
+    labels = {s: _params(int(params[s])) for s in scales}
     return {
         "single_seed": bool(summary["n"].max() < 2),
         "scales": _scale_sections(arms, summary, tests, scales, params, metric, baseline, style),
-        "scale_plot": _scale_plot(summary, scales, params, style),
-        "forest": _forest(arms, tests, scales, metric, baseline, correction, alpha),
+        "scale_plot": Markup(figs.scale_figure(summary, scales, labels, style, metric, out_dir)),
+        "forest": _forest(arms, tests, scales, metric, baseline, correction, alpha, out_dir),
         "forest_m": tested,
         "forest_adjusted": correction != "none" and any(m > 1 for m in tested.values()),
-        "leverage": _leverage_section(data.runs, metric),
-        "ranks": _rank_section(arms, metric, scales, style),
-        "ood": _ood_section(arms, metric, scales) if ood else None,
+        "leverage": _leverage_section(data.runs, metric, out_dir),
+        "ranks": _rank_section(arms, metric, scales, style, labels, out_dir),
+        "ood": _ood_section(arms, metric, out_dir) if ood else None,
         "paired": paired,
         "paired_errors": paired_errors,
     }
@@ -377,7 +378,9 @@ def _scale_sections(arms, summary, tests, scales, params, metric, baseline, styl
                     Cell(paradigm[method], paradigm[method]),
                     Cell(str(row["n"]), _key(row["n"])),
                     _mean_ci(row),
-                    Cell(html=_dots(row["values"], row["mean"], lo, hi, style[method][0]), sort=""),
+                    Cell(
+                        html=Markup(figs.dots(row["values"], row["mean"], lo, hi, style[method][0])), sort=""
+                    ),
                     *_test_cells(test, method == baseline),
                     *[
                         _mean_ci(s.loc[(scale, method)] if (scale, method) in s.index else None)
@@ -385,6 +388,9 @@ def _scale_sections(arms, summary, tests, scales, params, metric, baseline, styl
                     ],
                 ]
             )
+        table.foot = _reference_rows(
+            arms[arms["scale"] == scale], metric, [c for c, _ in _extra_metrics(arms)]
+        )
         sections.append(
             {
                 "id": f"scale-{i}",
@@ -396,6 +402,26 @@ def _scale_sections(arms, summary, tests, scales, params, metric, baseline, styl
             }
         )
     return sections
+
+
+def _reference_rows(runs: pd.DataFrame, metric: str, extra_cols: list[str]) -> list[list[Cell]]:
+    """A leaderboard's reference rows: the base model before post-training (its ``base_*`` metrics,
+    from the runs' records) and the task's chance level, where the records carry them."""
+    rows = []
+    for label, prefix, title in (("base model", "base_", "the untrained base, evaluated like every arm"),
+                                 ("chance", None, "what guessing scores on this task")):  # fmt: skip
+        col = f"{prefix}{metric}" if prefix else "chance"
+        if col not in runs.columns or runs[col].isna().all():
+            continue
+        value = float(runs[col].mean())
+        cells = [Cell(label, "", cls="name reference", title=title), Cell("—", ""), Cell("—", ""),
+                 Cell(_pct(value), _key(value)), Cell("", "")] + [Cell("", "") for _ in range(4)]  # fmt: skip
+        for ex_col in extra_cols:
+            ref = {"base_": f"base_{ex_col}", None: "ood_chance" if ex_col == OOD else None}[prefix]
+            ok = ref is not None and ref in runs.columns and runs[ref].notna().any()
+            cells.append(Cell(_pct(float(runs[ref].mean())), "") if ok else Cell("—", ""))
+        rows.append(cells)
+    return rows
 
 
 def _floor_line(runs: pd.DataFrame) -> str:
@@ -466,198 +492,11 @@ def _value_range(values: Iterable[list[float]]) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------
-# SVG building blocks (every value and text escaped)
+# Plots (drawn by analysis.figures with matplotlib)
 # ---------------------------------------------------------------------------------------------
 
 
-def _tag(name: str, content: str | Markup | Sequence[Markup] = "", **attrs) -> Markup:
-    """``<name attr="...">content</name>``; attribute values and string content are escaped.
-
-    Keyword names map to attributes with ``_`` -> ``-`` (``class_`` -> ``class``); floats are
-    written with one decimal; ``None`` drops the attribute.
-    """
-    parts = [
-        f' {k.rstrip("_").replace("_", "-")}="{escape(_attr(v))}"' for k, v in attrs.items() if v is not None
-    ]
-    if not isinstance(content, str):
-        content = Markup("").join(content)
-    return Markup(f"<{name}{''.join(parts)}>") + escape(content) + Markup(f"</{name}>")
-
-
-def _attr(v: object) -> object:
-    return f"{v:.1f}" if isinstance(v, float) else v
-
-
-def _svg(width: float, height: float, label: str, children: Sequence[Markup]) -> Markup:
-    return _tag(
-        "svg",
-        children,
-        viewBox=f"0 0 {width:.0f} {height:.0f}",
-        width=f"{width:.0f}",
-        height=f"{height:.0f}",
-        role="img",
-        aria_label=label,
-        class_="plot",
-    )
-
-
-def _text(x: float, y: float, text: str, anchor: str = "start", **attrs) -> Markup:
-    return _tag("text", text, x=x, y=y, text_anchor=anchor, font_size=FONT, **attrs)
-
-
-def _line(x1: float, y1: float, x2: float, y2: float, stroke: str = "#999", **attrs) -> Markup:
-    return _tag("line", x1=x1, y1=y1, x2=x2, y2=y2, stroke=stroke, **attrs)
-
-
-def _label(name: str, limit: int = 26) -> Markup:
-    """A possibly shortened name, with the full name as a tooltip."""
-    short = name if len(name) <= limit else name[: limit - 1] + "…"
-    return Markup("").join([_tag("title", name), escape(short)])
-
-
-@dataclass
-class _Axis:
-    """Linear map of the data interval [lo, hi] onto pixels [a, b]."""
-
-    lo: float
-    hi: float
-    a: float
-    b: float
-
-    def __call__(self, v: float) -> float:
-        return self.a + (v - self.lo) / (self.hi - self.lo) * (self.b - self.a)
-
-
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """Round tick values (step 1, 2 or 5 × 10^k) covering [lo, hi]."""
-    if hi <= lo:
-        lo, hi = lo - 1, hi + 1
-    raw = (hi - lo) / n
-    step = min((m * 10 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)), key=lambda s: abs(s - raw))
-    first = math.floor(lo / step) * step
-    count = math.ceil((hi - first) / step - 1e-9)
-    return [round(first + k * step, 10) for k in range(count + 1)]
-
-
-def _dots(values: list[float], mean: float, lo: float, hi: float, color: str) -> Markup:
-    """Per-seed dots on a shared axis for one leaderboard row; the vertical bar is the mean."""
-    x = _Axis(lo, hi, 6, 114)
-    marks = [_line(x(mean), 2, x(mean), 16, stroke="#333", stroke_width=1.5)]
-    marks += [_tag("circle", cx=x(v), cy=9.0, r=3.5, fill=color, fill_opacity=0.8) for v in values]
-    title = _tag("title", "seeds: " + ", ".join(_pct(v) for v in values) + " %")
-    return _tag("svg", [title, *marks], viewBox="0 0 120 18", width="120", height="18", class_="dots")
-
-
-def _grid_y(y: _Axis, ticks: list[float], x0: float, x1: float, fmt=lambda t: f"{t:g}") -> list[Markup]:
-    out = []
-    for t in ticks:
-        out += [_line(x0, y(t), x1, y(t), stroke="#e5e5e5"), _text(x0 - 6, y(t) + 4, fmt(t), "end")]
-    return out
-
-
-def _grid_x(x: _Axis, ticks: list[float], y0: float, y1: float) -> list[Markup]:
-    out = []
-    for t in ticks:
-        out += [_line(x(t), y0, x(t), y1, stroke="#e5e5e5"), _text(x(t), y1 + 14, f"{t:g}", "middle")]
-    return out
-
-
-def _legend(methods: Sequence[str], style: dict, x: float, y: float) -> list[Markup]:
-    out = []
-    for i, m in enumerate(methods):
-        color, dash = style[m]
-        yy = y + i * ROW
-        out.append(_line(x, yy, x + 22, yy, stroke=color, stroke_width=2.5, stroke_dasharray=dash or None))
-        out.append(_tag("text", _label(m), x=x + 28, y=yy + 4, font_size=FONT))
-    return out
-
-
-def _scale_x(scales: Sequence[str], left: float, width: float) -> dict[str, float]:
-    step = width / len(scales)
-    return {s: left + (i + 0.5) * step for i, s in enumerate(scales)}
-
-
-def _scale_labels(xs: dict[str, float], params: pd.Series, y: float) -> list[Markup]:
-    out = []
-    for s, x in xs.items():
-        out.append(_tag("text", _label(s, 22), x=x, y=y, text_anchor="middle", font_size=FONT))
-        out.append(_text(x, y + 14, _params(int(params[s])), "middle", fill="#666"))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Plots
-# ---------------------------------------------------------------------------------------------
-
-
-def _scale_plot(summary: pd.DataFrame, scales: list[str], params: pd.Series, style: dict) -> Markup:
-    """Mean metric (%) per method across scales; band = t-interval over seeds (bar if isolated)."""
-    methods = sorted(summary["method"].unique())
-    left, top, width = 56.0, 16.0, max(300.0, 110.0 * len(scales))
-    height = 260.0
-    lows = summary["ci_low"].fillna(summary["mean"])
-    highs = summary["ci_high"].fillna(summary["mean"])
-    ticks = _ticks(100 * lows.min(), 100 * highs.max())
-    y = _Axis(ticks[0], ticks[-1], top + height, top)
-    xs = _scale_x(scales, left, width)
-    parts = _grid_y(y, ticks, left, left + width) + _scale_labels(xs, params, top + height + 18)
-    for m in methods:
-        rows = summary[summary["method"] == m].set_index("scale")
-        parts += _method_trace(
-            [(xs[s], rows.loc[s] if s in rows.index else None) for s in scales], y, style[m]
-        )
-    parts += _legend(methods, style, left + width + 24, top + 6)
-    parts.append(_text(14, top + height / 2, "%", "middle", fill="#666"))
-    return _svg(
-        left + width + 230, max(top + height + 44, top + 6 + ROW * len(methods)), "metric vs scale", parts
-    )
-
-
-def _method_trace(
-    points: list[tuple[float, pd.Series | None]], y: _Axis, style: tuple[str, str]
-) -> list[Markup]:
-    """Bands over consecutive scales with an interval, a line through the means, the points."""
-    color, dash = style
-    out: list[Markup] = []
-    for run in _segments(points, lambda r: r is not None and not math.isnan(r["ci_low"])):
-        if len(run) > 1:
-            top = [f"{x:.1f},{y(100 * r['ci_high']):.1f}" for x, r in run]
-            bottom = [f"{x:.1f},{y(100 * r['ci_low']):.1f}" for x, r in reversed(run)]
-            out.append(_tag("polygon", points=" ".join(top + bottom), fill=color, fill_opacity=0.15))
-        else:
-            ((x, r),) = run
-            out.append(
-                _line(x, y(100 * r["ci_low"]), x, y(100 * r["ci_high"]), stroke=color, stroke_width=1.5)
-            )
-    for run in _segments(points, lambda r: r is not None):
-        line = " ".join(f"{x:.1f},{y(100 * r['mean']):.1f}" for x, r in run)
-        out.append(
-            _tag(
-                "polyline",
-                points=line,
-                fill="none",
-                stroke=color,
-                stroke_width=2.0,
-                stroke_dasharray=dash or None,
-            )
-        )
-        out += [_tag("circle", cx=x, cy=y(100 * r["mean"]), r=3.5, fill=color) for x, r in run]
-    return out
-
-
-def _segments(points: list[tuple[float, object]], keep) -> list[list[tuple[float, object]]]:
-    """Maximal runs of consecutive points whose value passes ``keep``."""
-    runs, current = [], []
-    for x, r in points:
-        if keep(r):
-            current.append((x, r))
-        elif current:
-            runs.append(current)
-            current = []
-    return runs + ([current] if current else [])
-
-
-def _forest(arms, tests, scales, metric, baseline, correction, alpha) -> Markup | None:
+def _forest(arms, tests, scales, metric, baseline, correction, alpha, out_dir) -> Markup | None:
     """Δ vs baseline (pp) per scale and method: dark = Welch 1−α CI, light = Bonferroni 1−α/m CI."""
     if not len(tests):
         return None
@@ -666,24 +505,7 @@ def _forest(arms, tests, scales, metric, baseline, correction, alpha) -> Markup 
         for s in scales
         for r in _forest_rows(arms, tests[tests["scale"] == s], metric, baseline, correction, alpha)
     ]
-    values = [
-        v for r in rows for v in (r["delta"], r["lo"], r["hi"], r["adj_lo"], r["adj_hi"]) if not math.isnan(v)
-    ]
-    ticks = _ticks(100 * min(values + [0.0]), 100 * max(values + [0.0]))
-    left, top, width = 230.0, 10.0, 420.0
-    height = ROW * (len(rows) + len(scales))
-    x = _Axis(ticks[0], ticks[-1], left, left + width)
-    parts = _grid_x(x, ticks, top, top + height)
-    parts.append(_line(x(0), top, x(0), top + height, stroke="#333", stroke_dasharray="3 3"))
-    yy = top
-    for s in scales:
-        parts.append(_tag("text", _label(s, 30), x=8, y=yy + 13, font_size=FONT, font_weight="bold"))
-        yy += ROW
-        for r in (r for r in rows if r["scale"] == s):
-            parts += _forest_row(r, x, yy + ROW / 2)
-            yy += ROW
-    parts.append(_text(left + width / 2, top + height + 30, "Δ vs baseline (percentage points)", "middle"))
-    return _svg(left + width + 20, top + height + 40, "forest plot", parts)
+    return Markup(figs.forest_figure(rows, scales, baseline, out_dir))
 
 
 def _forest_rows(arms, tests, metric, baseline, correction, alpha) -> list[dict]:
@@ -712,46 +534,10 @@ def _forest_rows(arms, tests, metric, baseline, correction, alpha) -> list[dict]
     return rows
 
 
-def _forest_row(r: dict, x: _Axis, y: float) -> list[Markup]:
-    out = [_tag("text", _label(r["method"], 30), x=20, y=y + 4, font_size=FONT)]
-    if not math.isnan(r["adj_lo"]):
-        out.append(_line(x(100 * r["adj_lo"]), y, x(100 * r["adj_hi"]), y, stroke="#9ecae1", stroke_width=7))
-    if not math.isnan(r["lo"]):
-        out.append(_line(x(100 * r["lo"]), y, x(100 * r["hi"]), y, stroke="#08519c", stroke_width=2))
-    fill = "#08519c" if r["significant"] else "#fff"
-    tip = f"Δ {_pct(r['delta'], sign=True)} pp, CI [{_pct(r['lo'])}, {_pct(r['hi'])}]"
-    out.append(
-        _tag("circle", _tag("title", tip), cx=x(100 * r["delta"]), cy=y, r=4.0, fill=fill, stroke="#08519c")
-    )
-    return out
-
-
-def _bars(rows: list[tuple[str, float, str]], x: _Axis, top: float, color: str) -> list[Markup]:
-    """Horizontal bars (label, value, value text) starting at x(0)."""
-    out = []
-    for i, (_, value, text) in enumerate(rows):
-        y = top + i * ROW
-        if not math.isnan(value):
-            out.append(
-                _tag("rect", x=x(0), y=y + 3, width=max(0.0, x(value) - x(0)), height=ROW - 6, fill=color)
-            )
-        out.append(_text((x(value) if not math.isnan(value) else x(0)) + 4, y + 13, text))
-    return out
-
-
-def _leverage_section(runs: pd.DataFrame, metric: str) -> dict | None:
+def _leverage_section(runs: pd.DataFrame, metric: str, out_dir) -> dict | None:
     table = leverage(runs, metric)
     if not len(table):
         return None
-    names = table["factor"].tolist()
-    top, label_w = 24.0, 140.0
-    range_max = max(1.0, float(np.nanmax(table["range_points"].to_numpy(float), initial=0.0)))
-    xr = _Axis(0, range_max * 1.25, label_w, label_w + 230)
-    xe = _Axis(0, 1.25, label_w + 280, label_w + 510)
-    parts = [_text(8, top + i * ROW + 13, n) for i, n in enumerate(names)]
-    parts += [_text(label_w, 14, "range (pp)"), _text(label_w + 280, 14, "η²")]
-    parts += _bars([(n, v, _fixed(v, 1)) for n, v in zip(names, table["range_points"])], xr, top, "#4e79a7")
-    parts += _bars([(n, v, _fixed(v, 2)) for n, v in zip(names, table["eta_squared"])], xe, top, "#f28e2b")
     rows = Table(
         "leverage",
         [
@@ -774,47 +560,17 @@ def _leverage_section(runs: pd.DataFrame, metric: str) -> dict | None:
                 Cell(str(r["n_runs"]), _key(r["n_runs"])),
             ]
         )
-    return {"plot": _svg(label_w + 560, top + ROW * len(names) + 8, "leverage", parts), "table": rows}
+    return {"plot": Markup(figs.leverage_figure(table, out_dir)), "table": rows}
 
 
-def _rank_section(arms: pd.DataFrame, metric: str, scales: list[str], style: dict) -> dict | None:
+def _rank_section(
+    arms: pd.DataFrame, metric: str, scales: list[str], style: dict, labels, out_dir
+) -> dict | None:
     if len(scales) < 2:
         return None
     ranks = rank_table(arms, metric, by="scale")
-    params = arms.groupby("scale")["scale_params"].first()
-    left, top, width = 40.0, 14.0, max(300.0, 120.0 * len(scales))
-    n = int(ranks["rank"].max())
-    y = _Axis(1, max(n, 2), top, top + ROW * max(n - 1, 1) * 1.4)
-    xs = _scale_x(scales, left, width)
-    parts = _grid_y(y, list(range(1, n + 1)), left, left + width, fmt=lambda t: f"#{t:g}")
-    parts += _scale_labels(xs, params, y(max(n, 2)) + 24)
-    for m in sorted(ranks["method"].unique()):
-        mine = ranks[ranks["method"] == m].set_index("scale")["rank"]
-        points = [(xs[s], mine.get(s)) for s in scales]
-        parts += _bump_trace(m, points, y, style[m])
     table = _inversion_table(rank_inversions(arms, metric))
-    return {"plot": _svg(left + width + 220, y(max(n, 2)) + 48, "rank by scale", parts), "table": table}
-
-
-def _bump_trace(method: str, points: list[tuple[float, float | None]], y: _Axis, style) -> list[Markup]:
-    color, dash = style
-    out = []
-    for run in _segments(points, lambda r: r is not None and not pd.isna(r)):
-        line = " ".join(f"{x:.1f},{y(r):.1f}" for x, r in run)
-        out.append(
-            _tag(
-                "polyline",
-                points=line,
-                fill="none",
-                stroke=color,
-                stroke_width=2.5,
-                stroke_dasharray=dash or None,
-            )
-        )
-        out += [_tag("circle", _tag("title", method), cx=x, cy=y(r), r=4.0, fill=color) for x, r in run]
-    last = [(x, r) for x, r in points if r is not None and not pd.isna(r)][-1]
-    out.append(_tag("text", _label(method), x=last[0] + 10, y=y(last[1]) + 4, font_size=FONT, fill=color))
-    return out
+    return {"plot": Markup(figs.rank_figure(ranks, scales, labels, style, out_dir)), "table": table}
 
 
 def _inversion_table(inv: pd.DataFrame) -> Table:
@@ -846,19 +602,10 @@ def _inversion_table(inv: pd.DataFrame) -> Table:
     return table
 
 
-def _ood_section(arms: pd.DataFrame, metric: str, scales: list[str]) -> dict | None:
+def _ood_section(arms: pd.DataFrame, metric: str, out_dir) -> dict | None:
     spread = task_leverage(arms, metric, OOD)
     if not len(spread):
         return None
-    top, label_w = 24.0, 200.0
-    vmax = max(1.0, float(np.nanmax(spread[["id_spread", "ood_spread"]].to_numpy(float))))
-    x = _Axis(0, vmax * 1.25, label_w, label_w + 360)
-    parts = [_text(label_w, 14, "method spread (max − min of method means, pp)")]
-    for i, (_, r) in enumerate(spread.iterrows()):
-        y = top + i * ROW * 2.5
-        parts.append(_tag("text", _label(r["scale"], 28), x=8, y=y + 18, font_size=FONT))
-        parts += _bars([("ID", r["id_spread"], f"ID {_fixed(r['id_spread'], 1)}")], x, y, "#4e79a7")
-        parts += _bars([("OOD", r["ood_spread"], f"OOD {_fixed(r['ood_spread'], 1)}")], x, y + ROW, "#e15759")
     table = Table(
         "ood-spread",
         [
@@ -883,10 +630,7 @@ def _ood_section(arms: pd.DataFrame, metric: str, scales: list[str]) -> dict | N
                 Cell(r["ood_best"], r["ood_best"]),
             ]
         )
-    return {
-        "plot": _svg(label_w + 440, top + len(spread) * ROW * 2.5, "ID vs OOD spread", parts),
-        "table": table,
-    }
+    return {"plot": Markup(figs.spread_figure(spread, out_dir)), "table": table}
 
 
 # ---------------------------------------------------------------------------------------------

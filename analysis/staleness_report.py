@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import staleness as st
-from analysis.isocompute_report import _figure, _save
+from analysis.figures import figure, save
 
 
 def analyse(
@@ -42,7 +42,7 @@ def stability_figure(runs: pd.DataFrame, corr: str, out_dir) -> str:
     reward = sub.pivot_table(index="S", columns="lr", values="reward", aggfunc="mean").reindex(
         index=ss, columns=lrs
     )
-    fig, ax = _figure(4.8, 3.2)
+    fig, ax = figure(4.8, 3.2)
     im = ax.imshow(share.to_numpy(float), cmap="Reds", vmin=0, vmax=1, origin="lower", aspect="auto")
     for i in range(len(ss)):
         for j in range(len(lrs)):
@@ -51,11 +51,11 @@ def stability_figure(runs: pd.DataFrame, corr: str, out_dir) -> str:
     ax.set(xticks=range(len(lrs)), xticklabels=[f"{x:g}" for x in lrs], yticks=range(len(ss)), yticklabels=ss,
            xlabel="learning rate η", ylabel="staleness S", title=f"{corr}: share collapsed (text: final reward)")  # fmt: skip
     fig.colorbar(im, ax=ax, shrink=0.8)
-    return _save(fig, f"stability_{_slug(corr)}", out_dir)
+    return save(fig, f"stability_{_slug(corr)}", out_dir)
 
 
 def eta_max_figure(res: dict, out_dir) -> str:
-    fig, ax = _figure()
+    fig, ax = figure()
     table = res["eta_max"]
     for corr, g in table.groupby("correction"):
         x = g["S"].clip(lower=0.5)  # S = 0 drawn at 0.5 on the log axis
@@ -69,14 +69,14 @@ def eta_max_figure(res: dict, out_dir) -> str:
     ax.set(xscale="log", yscale="log", xlabel="staleness S (S = 0 at 0.5)", ylabel="η_max",
            title="η_max(S) with min(a/S, b); x: censored")  # fmt: skip
     ax.legend(fontsize=7)
-    return _save(fig, "eta_max", out_dir)
+    return save(fig, "eta_max", out_dir)
 
 
 def ess_figure(runs: pd.DataFrame, histories: pd.DataFrame, threshold: float, out_dir) -> str | None:
     collapsed = runs[runs["collapsed"]]
     if collapsed.empty or "ess" not in histories:
         return None
-    fig, ax = _figure()
+    fig, ax = figure()
     for r in collapsed.itertuples():
         h = histories[histories["run_id"] == r.run_id]
         ax.plot(h["step"] - r.collapse_step, h["ess"], lw=0.8, alpha=0.7)
@@ -87,7 +87,7 @@ def ess_figure(runs: pd.DataFrame, histories: pd.DataFrame, threshold: float, ou
         ylabel="ESS ratio",
         title="ESS of collapsed runs, aligned at collapse",
     )
-    return _save(fig, "ess_at_collapse", out_dir)
+    return save(fig, "ess_at_collapse", out_dir)
 
 
 def throughput_figure(histories: pd.DataFrame, runs: pd.DataFrame, out_dir) -> str | None:
@@ -97,12 +97,12 @@ def throughput_figure(histories: pd.DataFrame, runs: pd.DataFrame, out_dir) -> s
     data = runs.merge(per_run, on="run_id").groupby(["source", "S"])["rps"].median().unstack(0)
     if data.shape[1] < 2:
         return None
-    fig, ax = _figure(4.4, 3.0)
+    fig, ax = figure(4.4, 3.0)
     data.plot(kind="bar", ax=ax)
     ax.set(
         xlabel="staleness S", ylabel="rollouts / s (median over steps and runs)", title="throughput by source"
     )
-    return _save(fig, "throughput", out_dir)
+    return save(fig, "throughput", out_dir)
 
 
 def figures(runs: pd.DataFrame, histories: pd.DataFrame, res: dict, out_dir) -> list[tuple[str, str]]:

@@ -246,7 +246,8 @@ def test_untrusted_strings_are_escaped(html):
 
 def test_no_external_resources(html):
     page = Page(html)
-    assert "http://" not in html and "https://" not in html and "url(" not in html and "@import" not in html
+    assert "http://" not in html and "https://" not in html and "@import" not in html
+    assert not re.search(r"url\((?!#)", html)  # only the figures' own clip paths, url(#id), in this document
     assert not [a for _, a in page.tags if "src" in a]
     assert all(a["href"].startswith("#") for _, a in page.tags if "href" in a)
     assert not [t for t, _ in page.tags if t in ("link", "iframe", "object", "embed", "img")]
@@ -373,3 +374,27 @@ def test_report_names_a_bad_record_and_goes_on_or_exits_2_when_strict(tmp_path):
     r = CliRunner().invoke(app, ["report", str(tmp_path), "--strict"])
     assert r.exit_code == 2 and f"{bad}: malformed run.json" in r.output
     assert not (tmp_path / "report.html").exists()
+
+
+def test_leaderboards_show_the_base_and_chance_rows_and_figures_are_saved(tmp_path):
+    """The base model's and chance's rows sit under each leaderboard (a <tfoot>, never sorted among the
+    arms), from the records' base_* metrics and chance; every figure is also a file in figures/."""
+    for method in ("dpo", "simpo", "kto"):
+        for seed in (0, 1):
+            for scale in ("tiny", "small"):
+                rec = record(method, scale, seed)
+                rec["metrics"] |= {"base_accuracy": 0.30, "base_ood_accuracy": 0.2, "base_best_at_4": 0.5,
+                                   "chance": 0.05, "ood_chance": 0.01}  # fmt: skip
+                write_run(tmp_path, rec, outcomes(method, seed, rec["metrics"]["accuracy"]))
+    html = write_report(tmp_path).read_text()
+    foot = html[html.index("<tfoot>") : html.index("</tfoot>")]
+    cells = [" ".join(c.split()) for c in re.findall(r"<td[^>]*>(.*?)</td>", foot, re.S)]
+    board = Page(html).tables["leaderboard-0"]
+    ood, best = column(board, "OOD"), column(board, "best@4")
+    base, chance = cells[: len(board["head"])], cells[len(board["head"]) :]
+    assert base[0] == "base model" and base[3] == "30.0" and base[ood] == "20.0" and base[best] == "50.0"
+    assert chance[0] == "chance" and chance[3] == "5.0" and chance[ood] == "1.0" and chance[best] == "—"
+    names = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    for fig in ("accuracy_vs_scale", "forest_delta_vs_dpo", "leverage", "rank_by_scale", "id_vs_ood_spread"):
+        assert f"{fig}.svg" in names and f"{fig}.pdf" in names, names
+    assert (tmp_path / "figures" / "rank_by_scale.pdf").read_bytes()[:5] == b"%PDF-"
