@@ -152,3 +152,22 @@ def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir, method, ze
     again = run_worker(tmp_path, micro_model_dir, method, zero, 2, 1, 4, nproc=2, env_extra=ckpt)
     assert again["resumed_from"] == 2 and again["steps"] == whole["steps"] == 4
     assert_same_params(whole["params"], again["params"], atol=0)
+
+
+def test_a_stale_extension_build_lock_is_an_error_naming_it(tmp_path, monkeypatch):
+    """kill -9 during DeepSpeed's JIT build left torch's lock file behind, and every later cell waited on
+    it forever (issue 16). With the build opted into, a lock older than any build is a one-line error
+    naming the file; a fresh one (a build in progress) is left to torch."""
+    import time
+
+    from oxbench.engine import distributed as D
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = tmp_path / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    D.check_build_lock("deepspeed_shm_comm")  # fresh: a build may be running
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    with pytest.raises(D.StaleLockError, match=f"{lock}: a build lock 60 min old, left by a killed build"):
+        D.check_build_lock("deepspeed_shm_comm")

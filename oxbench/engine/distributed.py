@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -48,11 +49,33 @@ def _skip_shm_op() -> None:
     """
     if os.environ.get("OXBENCH_DS_SHM_OP") == "1":
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+        check_build_lock("deepspeed_shm_comm")
         return
     import importlib
 
     # by module path: the attribute deepspeed.comm.torch is the torch package (a star import shadows it)
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
+
+class StaleLockError(RuntimeError):
+    """A JIT extension build's lock outlived any build: a process was killed while holding it."""
+
+
+def check_build_lock(name: str, max_age_s: float = 900.0) -> None:
+    """torch's extension builder waits forever on a ``lock`` file that a killed build left behind (it
+    records no owner). One older than any build (``max_age_s``; the op builds in ≤ 2 min) is an error
+    naming it, before anything waits on it."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = Path(_get_build_directory(name, False)) / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > max_age_s:
+        raise StaleLockError(
+            f"{lock}: a build lock {age / 60:.0f} min old, left by a killed build; delete it to build again"
+        )
 
 
 def rank() -> int:
