@@ -221,16 +221,17 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
         except (TypeError, ValueError) as exc:
             raise GridError(f"{where}: {exc}") from None
         raw["arm_keys"] = list(arm_keys)
-        over = _apply_budget(raw, grid.budget, f"{where} (cell {method}/{scale})") if grid.budget else None
+        cell = f"{where} (cell {method}/{scale or 'tiny-xs'})"  # no model named: the default model
+        over = _apply_budget(raw, grid.budget, cell) if grid.budget else None
         try:
             cfg = RunConfig(**raw)
         except ValidationError as exc:
-            raise GridError(format_validation_error(exc, f"{where} (cell {method}/{scale})")) from None
+            raise GridError(format_validation_error(exc, cell)) from None
         if not all(c.holds(cfg) for c in checks):
             continue
         if over:
             raise GridError(over)
-        validate_cell(cfg, f"{where} (cell {method}/{scale})")
+        validate_cell(cfg, cell)
         cells.append(cfg)
     if not cells:
         raise GridError(f"{where}: budget.constraints leave no cell")
