@@ -22,8 +22,17 @@ BUILTINS = sorted(
 FAST = [r for r in RULES if r != "trains"]
 
 
+LAUNCHER = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def clean_env() -> dict:
+    """This environment without the launcher variables an in-process test's init_distributed left (its
+    MASTER_PORT may still be held by this process)."""
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER}
+
+
 def oxbench(*args, cwd=None, pythonpath=None):
-    env = {**os.environ}
+    env = clean_env()
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "oxbench.cli", *args], capture_output=True, text=True,
@@ -137,7 +146,7 @@ def test_the_readme_walkthrough_scaffolds_checks_and_tests_a_new_loss(tmp_path):
         for line in block.splitlines()
         if line.strip() and not line.startswith("pip ")
     ]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**clean_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for line in lines:
         r = subprocess.run(
             ["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600
