@@ -301,7 +301,6 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         torch.manual_seed(seeds["init"])
         if D.is_main():
             tracker = _tracker(cfg, d)
-            record.tracking = tracker.status
         log = MetricsLog(d / "metrics.jsonl", tracker) if D.is_main() else None
         train = train_online if (spec.data == "online" or spec.generates_own_pairs) else train_offline
         kwargs = (

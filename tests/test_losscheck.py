@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import losses
+from oxbench.executors import DIST_VARS
 from oxbench.losscheck import RULES, check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +23,10 @@ BUILTINS = sorted(
 FAST = [r for r in RULES if r != "trains"]
 
 
-LAUNCHER = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
 def clean_env() -> dict:
     """This environment without the launcher variables an in-process test's init_distributed left (its
     MASTER_PORT may still be held by this process)."""
-    return {k: v for k, v in os.environ.items() if k not in LAUNCHER}
+    return {k: v for k, v in os.environ.items() if k not in DIST_VARS}
 
 
 def oxbench(*args, cwd=None, pythonpath=None):
