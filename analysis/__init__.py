@@ -9,10 +9,12 @@ Everything here is a pure function over tidy pandas DataFrames:
   :func:`paired_vs_baseline`; rankings :func:`rank_table`, :func:`rank_inversions`.
 * :mod:`analysis.leverage`: :func:`leverage` (which factor moves the metric most) and
   :func:`task_leverage` (method spread in- vs out-of-distribution).
+* :mod:`analysis.domains`: :func:`family_spread` (method spread per task family, with intervals).
 * :mod:`analysis.report`: :func:`write_report` / :func:`render_report`, the self-contained HTML
   leaderboard behind ``oxbench report DIR``.
 """
 
+from analysis.domains import family_spread
 from analysis.leverage import eta_squared, leverage, task_leverage
 from analysis.report import render_report, write_report
 from analysis.runs import BadRecordWarning, load_failed, load_problem_outcomes, load_runs, scale_order
@@ -32,6 +34,7 @@ from analysis.stats import (
 __all__ = [
     "adjust_pvalues",
     "eta_squared",
+    "family_spread",
     "hedges_j",
     "leverage",
     "load_failed",

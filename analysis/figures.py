@@ -190,6 +190,22 @@ def spread_figure(spread: pd.DataFrame, out_dir) -> str:
     return save(fig, "id_vs_ood_spread", out_dir, css="plot", label="ID vs OOD spread")
 
 
+def domain_figure(spread: pd.DataFrame, out_dir) -> str:
+    """Per scale and task family, the method spread (pp) with its bootstrap interval, and the spread of
+    permuted labels (where methods do not matter) as a grey tick."""
+    fig, ax = figure(6.0, 0.45 * len(spread) + 1.0)
+    ys = np.arange(len(spread))
+    x = spread["spread"].to_numpy(float)
+    err = np.abs(np.vstack([x - spread["ci_low"].to_numpy(float), spread["ci_high"].to_numpy(float) - x]))
+    ax.errorbar(x, ys, xerr=err, fmt="o", color="#4e79a7", capsize=3, label="spread (95% bootstrap)")
+    ax.plot(spread["null_spread"], ys, "|", ms=12, mew=2, color="#999", label="permuted labels (median)")
+    ax.set_yticks(ys, [_short(f"{r['scale']} · {r['family']}", 30) for _, r in spread.iterrows()])
+    ax.invert_yaxis()
+    ax.set_xlabel("method spread (max − min of method means, pp)")
+    ax.legend(loc="lower right", fontsize=7)
+    return save(fig, "spread_by_task_family", out_dir, css="plot", label="spread by task family")
+
+
 def dots(values: list[float], mean: float, lo: float, hi: float, color: str) -> str:
     """A leaderboard row's seeds as dots on the scale's shared axis; the bar is the mean."""
     fig, ax = figure(1.25, 0.2)

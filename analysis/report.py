@@ -53,6 +53,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from analysis import figures as figs
+from analysis.domains import family_spread
 from analysis.leverage import leverage, task_leverage
 from analysis.runs import (
     RUN_COLUMNS,
@@ -332,6 +333,7 @@ def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: fl
         "leverage": _leverage_section(data.runs, metric, out_dir),
         "ranks": _rank_section(arms, metric, scales, style, labels, out_dir),
         "ood": _ood_section(arms, metric, out_dir) if ood else None,
+        "domains": _domain_section(arms, out_dir),
         "paired": paired,
         "paired_errors": paired_errors,
     }
@@ -631,6 +633,30 @@ def _ood_section(arms: pd.DataFrame, metric: str, out_dir) -> dict | None:
             ]
         )
     return {"plot": Markup(figs.spread_figure(spread, out_dir)), "table": table}
+
+
+def _domain_section(arms: pd.DataFrame, out_dir) -> dict | None:
+    """The method spread per task family (:func:`analysis.domains.family_spread`), when runs carry lm-eval
+    task families beside the trained task."""
+    if not any(c.startswith("domain_") for c in arms.columns):
+        return None
+    spread = family_spread(arms, n_boot=1000, n_perm=1000)
+    if not len(spread):
+        return None
+    heads = ["Scale", "Family", "Methods", "Spread (pp)", "95% CI", "Permuted (pp)", "p", "Best", "Worst",
+             "Base (%)", "Chance (%)"]  # fmt: skip
+    table = Table("domain-spread", [Column(h, "number" if i in (2, 3, 5, 6, 9, 10) else "text")
+                                    for i, h in enumerate(heads)])  # fmt: skip
+    for _, r in spread.iterrows():
+        ci = f"[{_fixed(r['ci_low'], 1)}, {_fixed(r['ci_high'], 1)}]"
+        table.rows.append([Cell(r["scale"], r["scale"]), Cell(r["family"], r["family"]),
+                           Cell(str(r["n_methods"]), _key(r["n_methods"])),
+                           Cell(_fixed(r["spread"], 2), _key(r["spread"])), Cell(ci, ci),
+                           Cell(_fixed(r["null_spread"], 2), _key(r["null_spread"])), Cell(_p(r["p"]), _key(r["p"])),
+                           Cell(r["best"], r["best"]), Cell(r["worst"], r["worst"]),
+                           Cell(_fixed(r["base"], 1), _key(r["base"])),
+                           Cell(_fixed(r["chance"], 1), _key(r["chance"]))])  # fmt: skip
+    return {"plot": Markup(figs.domain_figure(spread, out_dir)), "table": table}
 
 
 # ---------------------------------------------------------------------------------------------

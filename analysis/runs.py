@@ -94,7 +94,7 @@ def load_runs(
     wanted = _statuses(status)
     records = [r for r in _records(root, strict) if r["status"] in wanted]
     rows = [_run_row(r) for r in records]
-    metrics = sorted({k for r in records for k in r["metrics"]})
+    metrics = sorted({k for r in records for k in [*r["metrics"], *domain_metrics(r)]})
     df = pd.DataFrame(rows, columns=RUN_COLUMNS + metrics)
     for name in metrics:
         df[name] = df[name].astype(float)
@@ -257,7 +257,23 @@ def _run_row(record: dict) -> dict:
         path=str(record["_dir"]),
     )
     row.update(record["metrics"])
+    row.update(domain_metrics(record))
     return row
+
+
+def domain_metrics(record: dict) -> dict[str, float | None]:
+    """Per task family of ``eval.lm_eval.tasks`` (its config), the mean of its tasks' headline numbers:
+    ``domain_<family>``, ``base_domain_<family>`` and ``domain_<family>_chance`` (``None`` where a task
+    has no chance level or a run lacks a task's number). ``{}`` for runs without lm-eval tasks."""
+    tasks = (((record.get("config") or {}).get("eval") or {}).get("lm_eval") or {}).get("tasks") or {}
+    m, out = record["metrics"], {}
+    for family in dict.fromkeys(tasks.values()):
+        names = [t for t, f in tasks.items() if f == family]
+        for prefix, suffix in (("", ""), ("base_", ""), ("", "_chance")):
+            values = [m.get(f"{prefix}lmeval_{t}{suffix}") for t in names]
+            ok = all(v is not None for v in values)
+            out[f"{prefix}domain_{family}{suffix}"] = sum(values) / len(values) if ok else None
+    return out
 
 
 def _failed_row(record: dict) -> dict:

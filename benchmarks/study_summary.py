@@ -1,7 +1,7 @@
 """Print the headline statistics of a study from its run records only (the numbers quoted in
 results/README.md): per-cell means, Welch vs DPO with Bonferroni per scale, the leverage
 hierarchy, rank inversions between consecutive scales, paired tests on shared problems, and
-the in- vs out-of-distribution spread.
+the in- vs out-of-distribution spread, and the method spread per task family (lm-eval tasks).
 
     python benchmarks/study_summary.py results/oxrl_core [--baseline dpo]
 """
@@ -45,6 +45,16 @@ def main() -> None:
         print(f"  {r['scale_from']} -> {r['scale_to']}: {len(r['flips'])} flips")
     if "ood_accuracy" in df:
         print("\nID vs OOD spread\n", analysis.task_leverage(df).round(4))
+    if any(c.startswith("domain_") for c in df.columns):
+        fs = analysis.family_spread(df, n_boot=2000, n_perm=2000)
+        print(
+            "\nmethod spread by task family (pp; bootstrap 95% CI; permuted-label median and p)\n",
+            fs.round(3),
+        )
+        means = df.groupby(["scale", "method"])[
+            [c for c in df.columns if c.startswith(("domain_", "base_domain_"))]
+        ]
+        print("\ntask-family scores (%) by scale x method\n", (100 * means.mean()).round(1))
     outcomes = analysis.load_problem_outcomes(args.results)
     if len(outcomes):
         pv = analysis.paired_vs_baseline(outcomes, df, baseline=args.baseline)

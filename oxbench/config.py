@@ -128,6 +128,29 @@ class PretrainSettings(Strict):
     # None: all "#### N" (the graded format). E.g. {gsm8k: 0.3, sentence: 0.7} makes a base whose
     # arithmetic is intact but whose format often fails strict match (the reference study's mechanism).
     answer_styles: dict[str, float] | None = None
+    # shares of the pre-training examples drawn from other sources (the rest is the task's): the
+    # general-domain families of oxbench.tasks.general (order, next, reverse) and ``hard`` (the task
+    # with more operations, the MATH analogue), so the base has skill the lm-eval tasks can measure
+    mixture: dict[str, float] | None = added(None)
+
+    @field_validator("mixture")
+    @classmethod
+    def _known_sources(cls, v):
+        if v is None:
+            return v
+        from oxbench.tasks.general import FAMILIES
+
+        known = [*FAMILIES, "hard"]
+        for name, share in v.items():
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+                raise ValueError(f"unknown pre-training source {name!r}{hint}")
+            if not math.isfinite(share) or not 0 < share < 1:
+                raise ValueError(f"share of source {name!r} must be in (0, 1), got {share}")
+        if sum(v.values()) >= 1:
+            raise ValueError(f"mixture shares must leave some of the task: they sum to {sum(v.values()):g}")
+        return v
 
     @field_validator("answer_styles")
     @classmethod
@@ -375,6 +398,33 @@ class OnlineConfig(Strict):
         return self.prompts_per_batch * self.n * self.rounds
 
 
+class LmEvalConfig(Strict):
+    """General-domain and harder tasks through lm-eval's harness (:mod:`oxbench.eval.lm_eval_path`),
+    after the run's own evaluation, on the trained model and on its base."""
+
+    bounds = {"limit": COUNT, "batch_size": COUNT, "max_gen_toks": COUNT}
+
+    # lm-eval task -> its family in the analysis (e.g. general, hard): the bundled oxbench_* tasks or any
+    # of lm-eval's own (gsm8k, hendrycks_math, arc_challenge, hellaswag, mmlu, ...)
+    tasks: dict[str, str] = {}
+    limit: int | None = 200  # documents per task (None: all)
+    batch_size: int = 16
+    max_gen_toks: int = 128
+
+    @field_validator("tasks")
+    @classmethod
+    def _families(cls, v):
+        for task, family in v.items():
+            if not family or family == "in_domain":
+                raise ValueError(
+                    f"task {task!r}: family must be a name other than 'in_domain' (the run's own task)"
+                )
+        from oxbench.eval.lm_eval_tasks import check_bundled
+
+        check_bundled(list(v))
+        return v
+
+
 class EvalConfig(Strict):
     bounds = {
         "n_test": COUNT,
@@ -402,6 +452,7 @@ class EvalConfig(Strict):
     every: int | None = added(None)
     n_val: int = added(100)
     backend: Literal["hf", "lean"] = added("hf")  # generation for evaluation (lean: oxbench's decode loop)
+    lm_eval: LmEvalConfig = added(LmEvalConfig())
 
 
 class CheckpointConfig(Strict):

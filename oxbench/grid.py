@@ -381,6 +381,15 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
                     f"online.backend '{cfg.online.backend}' samples plain weights, not a LoRA model"
                 )
         check_model_name(cfg.model.name)
+        if cfg.eval.lm_eval.tasks:
+            from oxbench.eval.lm_eval_path import check_tasks
+
+            try:
+                check_tasks(tuple(cfg.eval.lm_eval.tasks))
+            except ValueError as exc:
+                raise ValueError(f"field 'eval.lm_eval.tasks': {exc}") from None
+            if "oxbench_arith_hard" in cfg.eval.lm_eval.tasks and cfg.task.name != "arith":
+                raise ValueError("field 'eval.lm_eval.tasks': oxbench_arith_hard builds on task 'arith'")
         if cfg.task.name == "gsm8k":
             from oxbench.tasks import load_task_split
 
@@ -394,6 +403,8 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         field = next(
             (f for f in ("train.batch_size", "online.backend", "online.source") if f in str(exc)), "task"
         )
+        if str(exc).startswith("field '"):
+            raise GridError(f"{where}: {exc}") from None
         raise GridError(f"{where}: field '{field}': {exc}") from None
 
 

@@ -106,7 +106,11 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
     )
     metrics, _ = evaluate(model, tok, cfg, seed=cfg.seeds()["eval"], label=f"base {cfg.model.name} eval")
     skip = ("n_test", "n_ood", "chance", "ood_chance", "sampled_problems", "samples_per_problem")
-    out = {f"base_{k}": v for k, v in metrics.items() if k not in skip}
+    out = {
+        f"base_{k}": v
+        for k, v in metrics.items()
+        if k not in skip and not (k.startswith("lmeval_") and k.endswith(("_chance", "_n")))
+    }
     write_json_atomic(path, out)
     return out
 

@@ -58,12 +58,25 @@ def test_duplicate_yaml_keys_are_an_error_not_last_wins(tmp_path):
         ("checkpoint", {"every": 0}, "'checkpoint.every': must be >= 1"),
         ("checkpoint", {"keep": 0}, "'checkpoint.keep': must be >= 1"),
         ("checkpoint", {"evry": 2}, "'checkpoint.evry'"),
+        ("model", {"pretrain": {"mixture": {"ordr": 0.1}}}, "did you mean 'order'"),
+        ("model", {"pretrain": {"mixture": {"order": 1.5}}}, "'model.pretrain.mixture'"),
+        ("eval", {"lm_eval": {"tasks": {"oxbench_ordr": "general"}}}, "did you mean 'oxbench_order'"),
+        ("eval", {"lm_eval": {"tasks": {"oxbench_order": "in_domain"}}}, "'eval.lm_eval.tasks'"),
+        ("eval", {"lm_eval": {"limit": 0}}, "'eval.lm_eval.limit': must be >= 1"),
     ],
 )
 def test_values_out_of_range_nan_or_of_the_wrong_type(tmp_path, micro_model_dir, section, value, needle):
     base = micro_cell(micro_model_dir)
     base[section] = {**base.get(section, {}), **value}
     one_line_error(plan(write(tmp_path, "g.yaml", grid(micro_model_dir, base=base))), "g.yaml", needle)
+
+
+def test_an_unknown_lm_eval_task_is_named_before_any_work(tmp_path, micro_model_dir):
+    """A task that neither oxbench bundles nor lm-eval knows is found in lm-eval's own task index."""
+    base = micro_cell(micro_model_dir)
+    base["eval"] = {**base.get("eval", {}), "lm_eval": {"tasks": {"arc_challenj": "general"}}}
+    one_line_error(plan(write(tmp_path, "g.yaml", grid(micro_model_dir, base=base))), "g.yaml",
+                   "'eval.lm_eval.tasks'", "unknown lm-eval task 'arc_challenj'", "did you mean 'arc_challenge'")  # fmt: skip
 
 
 def test_a_seed_beyond_32_bits(tmp_path, micro_model_dir):

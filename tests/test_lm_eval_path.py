@@ -22,6 +22,7 @@ from oxbench.eval.lm_eval_path import (
     run_lm_eval,
     summarize_results,
 )
+from oxbench.eval.lm_eval_tasks import bundled
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.tasks.errors import TaskFileNotFoundError
 from oxbench.tasks.grading import is_correct
@@ -115,7 +116,7 @@ def test_bundled_task_matches_lm_eval_gsm8k():
 def test_task_manager_skips_lm_eval_index_when_not_needed(tmp_path):
     (tmp_path / "mine.yaml").write_text(f"include: {TASKS_DIR / (TASK + '.yaml')}\ntask: my_gsm8k_copy\n")
     manager = build_task_manager([TASK, "my_gsm8k_copy"], task_dir=tmp_path)
-    assert sorted(manager.all_tasks) == ["my_gsm8k_copy", TASK]
+    assert sorted(manager.all_tasks) == sorted(["my_gsm8k_copy", *bundled()])
 
 
 # ---------------------------------------------------------------- data file resolution

@@ -9,6 +9,8 @@
 * ``accuracy_verified``: strict-correct *and* every line of working right (the right operation on
   the right numbers with the right result), for tasks whose working can be checked (``arith``);
   ``None`` otherwise. A wrong working that lands on the right number counts in ``accuracy`` only.
+* ``lmeval_<task>`` (with ``_chance`` and ``_n``): ``eval.lm_eval``'s tasks through lm-eval's harness
+  (:func:`oxbench.eval.lm_eval_path.lm_eval_metrics`), e.g. the general-domain and harder in-domain tasks.
 * ``chance`` (and ``ood_chance``): the accuracy of guessing each answer from the training
   answers' distribution, the floor any accuracy should be read against.
 """
@@ -153,6 +155,10 @@ def evaluate(
         metrics["ood_accuracy"] = None
     if e.k > 0:
         metrics.update(sampled_metrics(model, tokenizer, rows[: e.n_sampled], cfg, seed=seed, label=label))
+    if e.lm_eval.tasks:  # general-domain and harder tasks through lm-eval's harness
+        from oxbench.eval.lm_eval_path import lm_eval_metrics
+
+        metrics.update(lm_eval_metrics(model, tokenizer, cfg))
     return metrics, outcomes
 
 

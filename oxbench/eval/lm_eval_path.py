@@ -22,6 +22,7 @@ requested task is not among the bundled or ``task_dir`` ones.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,16 +64,43 @@ def load_local_gsm8k(gsm8k_file: str | None = None, **_task_metadata: Any) -> di
     return {"test": datasets.Dataset.from_list(rows)}
 
 
+def load_general(family: str, n_test: int = 500, **_task_metadata: Any) -> dict[str, datasets.Dataset]:
+    """``custom_dataset`` hook of ``oxbench_{order,next,reverse}.yaml`` (``family`` from ``dataset_kwargs``):
+    ``{"test": Dataset}`` of that family's test split (``next``'s is all 181 of its test items)."""
+    from oxbench.tasks.general import generate
+
+    rows = generate(family, "test", None if family == "next" else n_test, seed=0)
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
+def load_arith_hard(
+    arith_n_ops: int = 2, arith_max_operand: int = 40, n_test: int = 500, **_task_metadata: Any
+) -> dict[str, datasets.Dataset]:
+    """``custom_dataset`` hook of ``oxbench_arith_hard.yaml``: the run's arith task with
+    :data:`oxbench.tasks.HARD_EXTRA_OPS` more operations (its knobs from the TaskManager metadata)."""
+    from oxbench.tasks import hard_task, load_task_split
+
+    task = hard_task({"name": "arith", "n_ops": arith_n_ops, "max_operand": arith_max_operand})
+    rows = load_task_split(task, "test", n=n_test, seed=0)
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
 def build_task_manager(
     tasks: Sequence[str],
     task_dir: str | os.PathLike | None = None,
     data_file: str | os.PathLike | None = None,
+    metadata: dict | None = None,
 ):
-    """A TaskManager over the bundled YAMLs and ``task_dir``; lm-eval's own only if ``tasks`` needs them."""
+    """A TaskManager over the bundled YAMLs and ``task_dir``; lm-eval's own only if ``tasks`` needs them.
+    ``metadata`` reaches every task's ``custom_dataset`` hook (e.g. ``arith_n_ops``)."""
     from lm_eval.tasks import TaskManager
 
     include = [str(TASKS_DIR)] + ([str(Path(task_dir).expanduser())] if task_dir else [])
-    metadata = {"gsm8k_file": str(resolve_gsm8k_file(data_file))} if data_file else None
+    metadata = {
+        **(metadata or {}),
+        **({"gsm8k_file": str(resolve_gsm8k_file(data_file))} if data_file else {}),
+    }
+    metadata = metadata or None
     manager = TaskManager(include_path=include, include_defaults=False, metadata=metadata)
     if all(task in manager.all_tasks for task in tasks):
         return manager
@@ -90,6 +118,7 @@ def run_lm_eval(
     batch_size: int = 8,
     max_gen_toks: int = 256,
     log_samples: bool = False,
+    metadata: dict | None = None,
 ) -> dict | None:
     """lm-eval's raw ``simple_evaluate`` output for the in-memory ``model`` (``None`` off rank 0).
 
@@ -100,7 +129,7 @@ def run_lm_eval(
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
-    manager = build_task_manager(tasks, task_dir, data_file)
+    manager = build_task_manager(tasks, task_dir, data_file, metadata)
     was_training = model.training
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
@@ -153,3 +182,82 @@ def evaluate_with_lm_eval(
         max_gen_toks=max_gen_toks,
     )
     return summarize_results(results)
+
+
+#: a task's headline number: the first of these lm-eval keys it reports (strict match before flexible,
+#: plain accuracy before length-normalised)
+PRIMARY_METRICS = (
+    "exact_match,strict-match",
+    "acc,none",
+    "exact_match,none",
+    "acc_norm,none",
+    "exact_match,flexible-extract",
+)
+
+
+def _hook_metadata(task: dict) -> dict | None:
+    """The run's task knobs that the bundled hooks read (``oxbench_arith_hard`` builds on ``arith``)."""
+    if task["name"] != "arith":
+        return None
+    return {"arith_n_ops": task["n_ops"], "arith_max_operand": task["max_operand"]}
+
+
+def task_chance(name: str, task: dict, n: int) -> float | None:
+    """The accuracy of guessing on lm-eval task ``name``: a bundled YAML's ``chance``, the training answers'
+    distribution for ``oxbench_arith_hard`` (as for the run's own task), ``None`` for lm-eval's own tasks."""
+    from oxbench.eval.lm_eval_tasks import bundled
+    from oxbench.tasks import chance_accuracy, hard_task, load_task_split
+
+    if name == "oxbench_arith_hard" and task["name"] == "arith":
+        hard = hard_task(task)
+        return chance_accuracy(hard, load_task_split(hard, "test", n=n, seed=0))
+    return bundled().get(name)
+
+
+def lm_eval_metrics(model, tokenizer, cfg) -> dict[str, float | None]:
+    """``eval.lm_eval``'s tasks on ``model``, as flat run metrics: ``lmeval_<task>`` (the task's headline
+    number, :data:`PRIMARY_METRICS`), ``lmeval_<task>_chance`` and ``lmeval_<task>_n`` (documents scored).
+    The families each task belongs to stay in the config (``eval.lm_eval.tasks``). ``{}`` if none."""
+    le, task = cfg.eval.lm_eval, cfg.task.model_dump()
+    if not le.tasks:
+        return {}
+    raw = run_lm_eval(model, tokenizer, list(le.tasks), limit=le.limit, batch_size=le.batch_size,
+                      max_gen_toks=le.max_gen_toks, metadata=_hook_metadata(task))  # fmt: skip
+    scores, out = summarize_results(raw), {}
+    for name in le.tasks:
+        metric = next((m for m in PRIMARY_METRICS if m in scores.get(name, {})), None)
+        if metric is None:
+            raise ValueError(f"eval.lm_eval.tasks: {name!r} reported none of {', '.join(PRIMARY_METRICS)}")
+        n = _documents(raw, name)
+        out |= {f"lmeval_{name}": scores[name][metric], f"lmeval_{name}_chance": task_chance(name, task, n),
+                f"lmeval_{name}_n": n}  # fmt: skip
+    return out
+
+
+def _documents(raw: dict, name: str) -> int:
+    """Documents lm-eval scored for ``name``: its own count, or its subtasks' for a group (``mmlu``)."""
+    if name in raw["n-samples"]:
+        return int(raw["n-samples"][name]["effective"])
+    return sum(_documents(raw, sub) for sub in raw.get("group_subtasks", {}).get(name, []))
+
+
+@functools.lru_cache(maxsize=16)
+def check_tasks(tasks: tuple[str, ...]) -> None:
+    """``ValueError`` naming the first of ``tasks`` that neither oxbench bundles nor lm-eval knows (the
+    index of lm-eval's own tasks, ~15 s, is only read when a task is not bundled)."""
+    import difflib
+
+    from oxbench.eval.lm_eval_tasks import bundled, check_bundled
+
+    check_bundled(list(tasks))
+    if all(t in bundled() for t in tasks):
+        return
+    from lm_eval.tasks import TaskManager
+
+    known = TaskManager(include_path=str(TASKS_DIR)).all_tasks
+    for t in tasks:
+        if t not in known:
+            close = difflib.get_close_matches(t, known, n=1)
+            raise ValueError(
+                f"unknown lm-eval task {t!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+            )

@@ -34,6 +34,7 @@ def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]
             seed=p.seed,
             task=task,
             answer_styles=p.answer_styles,
+            mixture=p.mixture,
         )
         path = ensure_pretrained(pcfg, verbose=verbose)
         return str(path), {"model": name, "pretrain_key": pcfg.key()}

@@ -50,13 +50,17 @@ class PretrainConfig(BaseModel):
     n_examples: int = 4000
     task: dict = {"name": "arith", "n_ops": 2, "max_operand": 30}
     answer_styles: dict[str, float] | None = None  # None: every solution ends "#### N"
+    # fractions of the examples from other sources (the rest is ``task``): the general-domain families
+    # of oxbench.tasks.general and ``hard`` (the task with HARD_EXTRA_OPS more operations); None: none
+    mixture: dict[str, float] | None = None
 
     def key(self) -> str:
         # the style mix enters the key only when set, so gold-format bases keep their old keys
         fields = self.model_dump(by_alias=True)  # renamed settings keep their old names in the key
         fields["task"] = {("steps" if k == "n_ops" else k): v for k, v in fields["task"].items()}
-        if fields["answer_styles"] is None:
-            del fields["answer_styles"]
+        for optional in ("answer_styles", "mixture"):  # set only: older bases keep their keys
+            if fields[optional] is None:
+                del fields[optional]
         return content_hash({"version": PRETRAIN_VERSION, **fields})
 
 
@@ -68,7 +72,30 @@ def styled_rows(rows: list[dict], styles: dict[str, float] | None, seed: int) ->
 
     rng = random.Random(f"styles/{seed}")
     names, weights = list(styles), list(styles.values())
-    return [{**r, "answer": restyle(r["answer"], rng.choices(names, weights)[0])} for r in rows]
+    return [  # only the task's answers have a "#### N" line to restyle (a mixture's others do not)
+        {**r, "answer": restyle(r["answer"], rng.choices(names, weights)[0])} if "#### " in r["answer"] else r
+        for r in rows
+    ]
+
+
+def pretraining_rows(cfg: PretrainConfig) -> list[dict]:
+    """The ``n_examples`` rows pre-training draws from: the task's (answers restyled), and each
+    ``mixture`` source's share, shuffled together (seeded)."""
+    from oxbench.tasks import hard_task, load_task_split
+    from oxbench.tasks.general import pretraining_rows as general_rows
+
+    shares = {name: round(cfg.n_examples * f) for name, f in (cfg.mixture or {}).items()}
+    n_task = cfg.n_examples - sum(shares.values())
+    rows = load_task_split(cfg.task, "train", n=n_task, seed=cfg.seed, distinct=False)
+    for name, n in shares.items():
+        if name == "hard":
+            rows += load_task_split(hard_task(cfg.task), "train", n=n, seed=cfg.seed, distinct=False)
+        else:
+            rows += general_rows(name, n, seed=cfg.seed)
+    rows = styled_rows(rows, cfg.answer_styles, cfg.seed)
+    if cfg.mixture:
+        random.Random(f"mixture/{cfg.seed}").shuffle(rows)
+    return rows
 
 
 def pretrain_dir(cfg: PretrainConfig) -> Path:
@@ -80,13 +107,11 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
     out = pretrain_dir(cfg)
     if (out / "pretrain.json").exists():
         return out
-    from oxbench.tasks import load_task_split
 
     tok = build_char_tokenizer()
     torch.manual_seed(cfg.seed)
     model = build_tiny(cfg.scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    rows = load_task_split(cfg.task, "train", n=cfg.n_examples, seed=cfg.seed, distinct=False)
-    rows = styled_rows(rows, cfg.answer_styles, cfg.seed)
+    rows = pretraining_rows(cfg)
     seqs = [
         encode_pair(tok, format_prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512)
         for r in rows

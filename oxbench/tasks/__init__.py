@@ -1,4 +1,5 @@
-"""Tasks: the procedural ``arith`` task (in- and out-of-distribution) and GSM8K-format files."""
+"""Tasks: the procedural ``arith`` task (in- and out-of-distribution, and its harder variant), GSM8K-format
+files, and the general-domain families of :mod:`oxbench.tasks.general`."""
 
 from __future__ import annotations
 
@@ -51,6 +52,17 @@ def load_task_split(
             return []
         return load_gsm8k(source, split=split, limit=n)
     raise ValueError(f"unknown task {name!r}")
+
+
+HARD_EXTRA_OPS = 2  # the harder in-domain task (the MATH analogue): this many more operations per problem
+
+
+def hard_task(task: dict) -> dict:
+    """The harder in-domain variant of an ``arith`` task: the same template, :data:`HARD_EXTRA_OPS` more
+    operations (longer working, larger answers)."""
+    if task["name"] != "arith":
+        raise ValueError(f"the harder in-domain task is built from 'arith', not {task['name']!r}")
+    return {**task, "n_ops": task.get("n_ops", 2) + HARD_EXTRA_OPS}
 
 
 def verify_working(task: dict, completion: str, answer: str) -> bool | None:
