@@ -37,8 +37,11 @@ def continuation_logp(model, tok, context: str, continuation: str) -> float:
 
 @pytest.mark.parametrize("task", ["oxbench_order", "oxbench_next"])
 def test_multiple_choice_scores_are_our_log_likelihood_argmax(micro, task):
-    """Per document, lm-eval's acc is 1 exactly when the gold choice has the largest
-    log p(" " + choice | "Question: q\\nAnswer:") computed here by hand."""
+    """Per document, lm-eval's acc is 1 exactly when the gold choice has the largest log-likelihood
+    computed here by hand. The prompt ends "Answer: " (the pre-training's format, choice with no
+    delimiter); HFLM moves a context's trailing space into the continuation, so its number is
+    log p(" " + choice | "...Answer:") = log p(" " | "...Answer:") + log p(choice | "...Answer: "): the same
+    first term for every choice, so the same argmax as the pre-training format's."""
     model, tok = micro
     res = run_lm_eval(model, tok, [task], limit=12, batch_size=4, log_samples=True)
     samples = res["samples"][task]
@@ -46,18 +49,23 @@ def test_multiple_choice_scores_are_our_log_likelihood_argmax(micro, task):
     for s in samples:
         doc = s["doc"]
         context = f"Question: {doc['question']}\nAnswer:"
-        scores = [continuation_logp(model, tok, context, " " + c) for c in doc["choices"]]
-        ours = float(max(range(4), key=scores.__getitem__) == doc["gold"])
-        assert s["acc"] == ours
-        assert [r[0][0] for r in s["resps"]] == pytest.approx(scores, abs=1e-3)
+        theirs = [r[0][0] for r in s["resps"]]
+        assert theirs == pytest.approx(
+            [continuation_logp(model, tok, context, " " + c) for c in doc["choices"]], abs=1e-3
+        )
+        ours = [continuation_logp(model, tok, context + " ", c) for c in doc["choices"]]
+        assert s["acc"] == float(max(range(4), key=ours.__getitem__) == doc["gold"])
+        offsets = [t - o for t, o in zip(theirs, ours)]
+        assert max(offsets) - min(offsets) < 1e-3
 
 
-def test_reverse_is_exact_match_after_the_leading_space(micro):
+def test_reverse_is_exact_match_on_the_pretraining_prompt(micro):
     model, tok = micro
     res = run_lm_eval(
         model, tok, ["oxbench_reverse"], limit=6, batch_size=6, max_gen_toks=8, log_samples=True
     )
     for s in res["samples"]["oxbench_reverse"]:
+        assert s["arguments"][0][0].endswith("\nAnswer: ")
         assert s["exact_match"] == float(s["resps"][0][0].lstrip() == s["doc"]["answer"])
 
 
