@@ -75,6 +75,7 @@ from analysis.stats import (
 
 TEMPLATES = Path(__file__).with_name("templates")
 OOD = "ood_accuracy"
+DOMAIN = re.compile(r"domain_(?!.*_chance$).+")  # a task family's score (analysis.runs.domain_metrics)
 BEST_AT = re.compile(r"best_at_(\d+)$")
 PALETTE = (
     "#4e79a7",
@@ -352,11 +353,12 @@ def _styles(methods: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 
 def _extra_metrics(arms: pd.DataFrame) -> list[tuple[str, str]]:
-    """(column, label) for OOD accuracy and each best@k present in the runs."""
+    """(column, label) for OOD accuracy, each lm-eval task family and each best@k present in the runs."""
     present = [c for c in arms.columns if c not in RUN_COLUMNS and arms[c].notna().any()]
     honest = [("accuracy_verified", "verified (%)"), ("accuracy_flexible", "flexible (%)")]
     extra = [(c, label) for c, label in honest if c in present]
     extra += [(OOD, "OOD acc. (%)")] if OOD in present else []
+    extra += [(c, f"{c.removeprefix('domain_')} (%)") for c in present if DOMAIN.fullmatch(c)]
     best = sorted((int(m.group(1)), c) for c in present if (m := BEST_AT.match(c)))
     return extra + [(c, f"best@{k} (%)") for k, c in best]
 
@@ -419,7 +421,10 @@ def _reference_rows(runs: pd.DataFrame, metric: str, extra_cols: list[str]) -> l
         cells = [Cell(label, "", cls="name reference", title=title), Cell("—", ""), Cell("—", ""),
                  Cell(_pct(value), _key(value)), Cell("", "")] + [Cell("", "") for _ in range(4)]  # fmt: skip
         for ex_col in extra_cols:
-            ref = {"base_": f"base_{ex_col}", None: "ood_chance" if ex_col == OOD else None}[prefix]
+            chance = (
+                "ood_chance" if ex_col == OOD else f"{ex_col}_chance" if DOMAIN.fullmatch(ex_col) else None
+            )
+            ref = {"base_": f"base_{ex_col}", None: chance}[prefix]
             ok = ref is not None and ref in runs.columns and runs[ref].notna().any()
             cells.append(Cell(_pct(float(runs[ref].mean())), "") if ok else Cell("—", ""))
         rows.append(cells)

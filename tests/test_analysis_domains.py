@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from test_report import Page, make_grid, record, write_run
+from test_report import Page, column, make_grid, record, row_of, write_run
 
 from analysis.domains import family_spread
 from analysis.report import write_report
@@ -74,13 +74,18 @@ def test_the_report_shows_the_family_spread_and_saves_its_figure(tmp_path):
             rec = record(method, "tiny", seed, grid="g2", run_id=f"f-{method}-{seed}",
                          config={"eval": {"lm_eval": {"tasks": tasks}}})  # fmt: skip
             rec["metrics"] |= {"lmeval_oxbench_order": 0.3 + 0.01 * seed + 0.2 * i,
-                               "base_lmeval_oxbench_order": 0.35, "lmeval_oxbench_order_chance": 0.25}  # fmt: skip
+                               "base_lmeval_oxbench_order": 0.35, "lmeval_oxbench_order_chance": 0.25,
+                               "base_accuracy": 0.1, "chance": 0.02}  # fmt: skip
             write_run(root, rec)
     page = Page(write_report(root / "g2").read_text())
     table = page.tables["domain-spread"]
     assert table["head"][:4] == ["Scale", "Family", "Methods", "Spread (pp)"]
     general = next(r for r in table["rows"] if r[1][0] == "general")
     assert general[3][0] == "20.00" and general[9][0] == "35.0" and general[10][0] == "25.0"
+    board = next(t for t in page.tables.values() if "general (%)" in t["head"])
+    col = column(board, "general (%)")
+    assert row_of(board, "base model")[col][0] == "35.0" and row_of(board, "chance")[col][0] == "25.0"
+    assert row_of(board, "simpo")[col][0].startswith("51.0 ")  # 100 x mean(0.50, 0.51, 0.52)
     assert (root / "g2" / "figures" / "spread_by_task_family.svg").is_file()
     assert (root / "g2" / "figures" / "spread_by_task_family.pdf").is_file()
     assert "domain-spread" not in Page(write_report(root / "g1").read_text()).tables
