@@ -8,7 +8,10 @@ in a rotated order, each pool configuration in its own Python process:
 
 * ``fresh x1``: one cell process at a time, each importing torch/transformers/DeepSpeed (before);
 * ``warm x1``: one warm worker running every cell;
-* ``warm x2``: two warm workers, each with one of the two cores.
+* ``warm x2``: two warm workers, each with one of the two cores;
+* ``warm x1 1t``: one warm worker held to one thread (``OXBENCH_THREADS=1``), the speed each of the two
+  workers has: ``bound = 2 x wall(warm x1) / wall(warm x1 1t)`` is what two workers can gain at most,
+  so ``x2 / x1`` can only reach 1.8 where one cell leaves its second thread nearly idle.
 
 Per cell, the *fixed cost* is its share of the pool's wall time minus the training and evaluation time
 its record reports. ``x2 / x1`` is the speed-up of two workers on the same grid. ``peak MiB`` is the
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -28,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-POOLS = {"fresh x1": (1, False), "warm x1": (1, True), "warm x2": (2, True)}
+POOLS = {"fresh x1": (1, False), "warm x1": (1, True), "warm x2": (2, True), "warm x1 1t": (1, True)}
 
 
 def save_model(d: Path) -> str:
@@ -104,7 +108,8 @@ def main() -> None:
             workers, warm = POOLS[pool]
             cmd = [sys.executable, __file__, "--child", model, str(n), str(workers), "1" if warm else "0",
                    "--n-train", str(args.n_train)]  # fmt: skip
-            res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            env = {**os.environ, "OXBENCH_THREADS": "1"} if pool.endswith("1t") else None
+            res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
             return json.loads(res.stdout.strip().splitlines()[-1])
 
         child(1, "warm x1")  # warm the cache (base evaluation) outside the timing
@@ -123,7 +128,11 @@ def main() -> None:
         "fresh_over_warm_wall": statistics.median(
             a["wall_s"] / b["wall_s"] for a, b in zip(runs["fresh x1"], runs["warm x1"])
         ),
+        "two_thread_speedup": statistics.median(
+            a["wall_s"] / b["wall_s"] for a, b in zip(runs["warm x1 1t"], runs["warm x1"])
+        ),
     }
+    ratios["x2_bound"] = 2 / ratios["two_thread_speedup"]
     peak = {p: {"cells": args.cells, "mib": med[p]["peak_child_mib"], "cells_4x": 4 * args.cells,
                 "mib_4x": big[p]["peak_child_mib"]} for p in big}  # fmt: skip
     result = {"cells": args.cells, "n_train": args.n_train, "repeats": args.repeats, "median": med, "ratios": ratios, "peak": peak,
@@ -133,7 +142,8 @@ def main() -> None:
     for p, m in med.items():
         print(f"{p}: wall {m['wall_s']:.1f} s, fixed cost per cell {m['fixed_per_cell_s']:.2f} s")
     print(
-        f"two warm workers vs one: {ratios['x2_over_x1']:.2f}x; warm vs fresh: {ratios['fresh_over_warm_wall']:.2f}x"
+        f"two warm workers vs one: {ratios['x2_over_x1']:.2f}x (bound from one cell's 2-thread speed-up "
+        f"{ratios['two_thread_speedup']:.2f}x: {ratios['x2_bound']:.2f}x); warm vs fresh: {ratios['fresh_over_warm_wall']:.2f}x"
     )
     for p, v in peak.items():
         print(
