@@ -28,12 +28,14 @@ DOMAIN_COLUMNS = ["family", "n_methods", "n_runs", "spread", "ci_low", "ci_high"
                   "best", "worst", "base", "chance"]  # fmt: skip
 
 
-def domains(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """``(family, score column)`` pairs present in ``df``: ``in_domain`` first, then each ``domain_*``."""
+def domains(df: pd.DataFrame, per_task: bool = False) -> list[tuple[str, str]]:
+    """``(family, score column)`` pairs present in ``df``: ``in_domain`` first, then each ``domain_*``, then
+    (``per_task``) each lm-eval task on its own (``lmeval_<task>``, named by the task)."""
     out = [("in_domain", "accuracy")] if "accuracy" in df.columns else []
-    for col in df.columns:
-        if col.startswith("domain_") and not col.endswith("_chance") and df[col].notna().any():
-            out.append((col.removeprefix("domain_"), col))
+    for prefix in ("domain_", "lmeval_") if per_task else ("domain_",):
+        for col in df.columns:
+            if col.startswith(prefix) and not col.endswith(("_chance", "_n")) and df[col].notna().any():
+                out.append((col.removeprefix(prefix), col))
     return out
 
 
@@ -45,17 +47,17 @@ def _spread(values: np.ndarray, groups: np.ndarray, n_groups: int) -> float:
 
 def family_spread(
     df: pd.DataFrame, by: str | tuple[str, ...] = ("scale",), *, n_boot: int = 2000, n_perm: int = 2000,
-    seed: int = 0,
+    seed: int = 0, per_task: bool = False,
 ) -> pd.DataFrame:  # fmt: skip
-    """One row per group of ``by`` and task family: :data:`DOMAIN_COLUMNS` (see the module doc).
-    Methods with no finite score on a family are left out of it; a family with fewer than two methods
-    is skipped."""
+    """One row per group of ``by`` and task family: :data:`DOMAIN_COLUMNS` (see the module doc); with
+    ``per_task`` also one per lm-eval task. Methods with no finite score on a family are left out of it;
+    a family with fewer than two methods is skipped."""
     cols = _cols(by)
     df = by_arm(df)
     _require(df, [*cols, "method"])
     rng, rows = np.random.default_rng(seed), []
     for key, sub in _groups(df, cols):
-        for family, col in domains(sub):
+        for family, col in domains(sub, per_task):
             runs = sub[["method", col]].dropna()
             if runs["method"].nunique() < 2:
                 continue
@@ -67,7 +69,7 @@ def family_spread(
                     for idx in (np.concatenate([rng.choice(m, len(m)) for m in members]) for _ in range(n_boot))]  # fmt: skip
             null = np.array([_spread(values, rng.permutation(codes), k) for _ in range(n_perm)])
             means = runs.groupby("method")[col].mean()
-            base_col, chance_col = f"base_{col}", (f"{col}_chance" if family != "in_domain" else "chance")
+            base_col, chance_col = f"base_{col}", (f"{col}_chance" if col != "accuracy" else "chance")
             rows.append({**dict(zip(cols, key)), "family": family, "n_methods": k, "n_runs": len(runs),
                          "spread": observed, "ci_low": float(np.percentile(boot, 2.5)),
                          "ci_high": float(np.percentile(boot, 97.5)), "null_spread": float(np.median(null)),

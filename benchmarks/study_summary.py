@@ -46,7 +46,7 @@ def main() -> None:
     if "ood_accuracy" in df:
         print("\nID vs OOD spread\n", analysis.task_leverage(df).round(4))
     if any(c.startswith("domain_") for c in df.columns):
-        fs = analysis.family_spread(df, n_boot=2000, n_perm=2000)
+        fs = analysis.family_spread(df, n_boot=2000, n_perm=2000, per_task=True)
         print(
             "\nmethod spread by task family (pp; bootstrap 95% CI; permuted-label median and p)\n",
             fs.round(3),

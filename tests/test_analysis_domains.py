@@ -52,6 +52,10 @@ def test_each_family_gets_a_row_with_base_and_chance_and_nan_runs_are_left_out()
     g = out.loc["general"]
     assert (g["n_runs"], g["base"], g["chance"]) == (3, 50.0, 25.0)
     assert g["spread"] == pytest.approx(100 * (0.41 - 0.41), abs=1e-9)
+    df["lmeval_t1"], df["lmeval_t1_chance"], df["lmeval_t1_n"] = [0.1, 0.2, 0.6, 0.7], 0.25, 200
+    tasks = family_spread(df, n_boot=50, n_perm=50, per_task=True).set_index("family")
+    assert list(tasks.index) == ["in_domain", "general", "t1"]
+    assert tasks.loc["t1", "spread"] == pytest.approx(50.0) and tasks.loc["t1", "chance"] == 25.0
 
 
 def test_domain_metrics_average_each_familys_tasks_from_the_config():
