@@ -66,7 +66,7 @@ def _estimate_seconds(cfg) -> float:
     """A rough CPU estimate of one cell: FLOPs = 6 x params x training tokens + 2 x params x
     generated tokens x 20 (decoding is latency-bound), then ``26 s + FLOPs / 94 GFLOP/s``.
 
-    The two constants are a least-squares fit to the 108 cells of ``results/oxrl_core`` (one
+    The two constants are a least-squares fit to the 108 cells of an early ``oxrl_core`` run (one
     thread per cell, two cells side by side on a 2-core CPU; process start-up included): per
     scale the fit's mean is within 10% of the measured one (tiny-xs 28 vs 26 s, tiny-l 161 vs
     160 s). Shared pre-training and self-play are not included. GPU runs are far faster."""
