@@ -252,9 +252,7 @@ def check_tasks(tasks: tuple[str, ...]) -> None:
     check_bundled(list(tasks))
     if all(t in bundled() for t in tasks):
         return
-    from lm_eval.tasks import TaskManager
-
-    known = TaskManager(include_path=str(TASKS_DIR)).all_tasks
+    known = build_task_manager(tasks).all_tasks  # the bundled YAMLs and, as some are not, lm-eval's own
     for t in tasks:
         if t not in known:
             close = difflib.get_close_matches(t, known, n=1)
