@@ -16,7 +16,8 @@ Contenders:
 * ``generate``: one rollout batch through ``oxbench.text.generation.sample``, backend ``hf`` (HF
   ``generate``, what oxbench used before) against ``lean`` (oxbench's decode loop) and, when
   ``OXBENCH_VLLM_PYTHON`` names a Python with vLLM, the ``vllm`` backend's server.
-* ``online``: oxbench's online loop (SGRPO) with each backend, TRL's GRPOTrainer, and a bare loop
+* ``online``: oxbench's online loop (SGRPO) with each backend (and ``lean`` with
+  ``online.share_prompt``: the learner's forward takes each prompt once), TRL's GRPOTrainer, and a bare loop
   (HF ``generate`` + the GRPO loss + AdamW; the floor of a HF-generate trainer).
 * ``offline``: oxbench's offline loop (DPO, reference log-probs cached), TRL's DPOTrainer
   (``precompute_ref_log_probs``), and a bare loop (one forward of chosen + rejected + AdamW).
@@ -129,7 +130,7 @@ def vllm_gen(model, tok, steps: int) -> list[float]:
 # --------------------------------------------------------------------------- online
 
 
-def oxbench_online(backend: str):
+def oxbench_online(backend: str, share_prompt: bool = False):
     def run(model, tok, steps: int) -> list[float]:
         import losses
         from oxbench.config import RunConfig
@@ -146,6 +147,7 @@ def oxbench_online(backend: str):
                 "rounds": steps + 1,
                 "max_new_tokens": NEW_TOKENS,
                 "backend": backend,
+                "share_prompt": share_prompt,
             },  # fmt: skip
             data={"max_len": 256},
         )
@@ -327,6 +329,7 @@ STUDIES = {
         {
             "oxbench-hf": oxbench_online("hf"),
             "oxbench-lean": oxbench_online("lean"),
+            "oxbench-lean-share": oxbench_online("lean", share_prompt=True),
             "trl": trl_online,
             "bare": bare_online,
         },

@@ -348,6 +348,9 @@ class OnlineConfig(Strict):
     # and Llama models, plain temperature sampling), vllm (a vLLM engine in its own process, in the
     # Python named by OXBENCH_VLLM_PYTHON; see oxbench/engine/vllm_client.py)
     backend: Literal["hf", "lean", "vllm"] = added("hf")
+    # the learner's forward: each group's prompt once, then its n completions on that prompt's KV cache
+    # (oxbench.text.batching.shared_prompt_forward); equal to the full forward up to float rounding
+    share_prompt: bool = added(False)
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
     # where rollouts come from (oxbench/engine/sources.py): sync (the trainer's weights every sync_every
     # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)

@@ -380,6 +380,11 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
                 raise ValueError(
                     f"online.backend '{cfg.online.backend}' samples plain weights, not a LoRA model"
                 )
+            if cfg.online.share_prompt and (spec.needs_value_model or spec.generates_own_pairs):
+                raise ValueError(
+                    f"field 'online.share_prompt': {cfg.method} does not train on rollouts' completions "
+                    "alone (a value head, or pairs)"
+                )
         check_model_name(cfg.model.name)
         if cfg.eval.lm_eval.tasks:
             from oxbench.eval.lm_eval_path import check_tasks

@@ -6,7 +6,9 @@ usage: online_invariance_worker.py MODEL_DIR PROMPTS_PER_MICRO OUT.pt METHOD [ME
 Every rank builds the same batch: 4 prompts x 4 rollouts sampled from the initial model with a
 fixed seed, rewarded by length parity, behaviour log-probs perturbed by a fixed noise so that the
 ratios are not 1 and the clipping is exercised. Rank r takes prompts [2r, 2r+2) at world size 2,
-all 4 at world size 1; PROMPTS_PER_MICRO sets the micro-batch (4: the batch unsplit).
+all 4 at world size 1; PROMPTS_PER_MICRO sets the micro-batch (4: the batch unsplit). With
+SHARE_PROMPT=1 in the environment the learner runs ``online.share_prompt`` (methods with a value head
+are skipped: the setting refuses them).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
     model, _, live_ref = tr.online_policy(spec, hparams, model, 0)
     micro = micro_batches_per_rank(PROMPTS, per_micro, ws, method)
     engine = tr.build_engine(model, cfg, 2, grad_accum=micro)
-    learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method)
+    share = os.environ.get("SHARE_PROMPT") == "1"
+    learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method, share_prompt=share)
     grads = []
     real = learner_mod.grad_norm
 
@@ -94,6 +97,8 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
 
 def main(model_dir, per_micro, out, *methods):
     D.init_distributed()
+    if os.environ.get("SHARE_PROMPT") == "1":
+        methods = [m for m in methods if not losses.get(m).needs_value_model]
     result = {m: run_method(model_dir, m, int(per_micro)) for m in methods}
     if D.is_main():
         torch.save({"world": D.world_size(), **result}, out)

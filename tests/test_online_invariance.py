@@ -9,6 +9,7 @@ dapo, reinforce_pp and ppo and the whitening of reinforce_pp, ppo and rloo were 
 the accumulation comparison failed: the first step's gradient differed from the whole batch's by
 9.3% of its norm (sgrpo), 40% (dapo), 14% (rloo), 36% (reinforce_pp) and 30% (ppo); grpo's sequence
 mean and dr_grpo's constant were already invariant (0). With them the gap is 0.0 on one rank.
+The shared-prompt forward (``online.share_prompt``) is held to the same tolerances, whole and over 2 ranks.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ HERE = Path(__file__).parent
 METHODS = ["sgrpo", "grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo"]
 
 
-def run(tmp_path, model_dir, per_micro: int, nproc: int = 1) -> dict:
-    out = tmp_path / f"inv-m{per_micro}-n{nproc}.pt"
+def run(tmp_path, model_dir, per_micro: int, nproc: int = 1, share: bool = False) -> dict:
+    out = tmp_path / f"inv-m{per_micro}-n{nproc}-s{int(share)}.pt"
     args = [str(HERE / "online_invariance_worker.py"), model_dir, str(per_micro), str(out), *METHODS]
     launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone"]
     cmd = [*(launcher if nproc > 1 else [sys.executable]), *args]
@@ -35,6 +36,7 @@ def run(tmp_path, model_dir, per_micro: int, nproc: int = 1) -> dict:
         **os.environ,
         "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "OMP_NUM_THREADS": "1",
+        "SHARE_PROMPT": "1" if share else "0",
     }
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
@@ -50,6 +52,8 @@ def results(tmp_path_factory, micro_model_dir):
         "whole": run(tmp, micro_model_dir, per_micro=4),
         "accum2": run(tmp, micro_model_dir, per_micro=2),
         "ranks2": run(tmp, micro_model_dir, per_micro=2, nproc=2),
+        "share": run(tmp, micro_model_dir, per_micro=4, share=True),
+        "share-ranks2": run(tmp, micro_model_dir, per_micro=2, nproc=2, share=True),
     }
 
 
@@ -66,3 +70,15 @@ def test_split_batch_gives_the_whole_batch_step(results, method, way):
     for g_whole, g_split in zip(whole["grads"], split["grads"], strict=True):
         assert relative_gap(g_whole, g_split) < 1e-5, f"{method} {way}: gradients differ"
     torch.testing.assert_close(split["params"], whole["params"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("way", ["share", "share-ranks2"])
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "ppo"])
+def test_shared_prompt_forward_gives_the_full_forwards_step(results, method, way):
+    """``online.share_prompt`` changes only the float rounding of the forward: the whole batch on one
+    rank, and split over 2 ranks, give the full forward's gradients and parameters."""
+    whole, shared = results["whole"][method], results[way][method]
+    assert "ppo" not in results[way]
+    for g_whole, g_shared in zip(whole["grads"], shared["grads"], strict=True):
+        assert relative_gap(g_whole, g_shared) < 1e-5, f"{method} {way}: gradients differ"
+    torch.testing.assert_close(shared["params"], whole["params"], rtol=0, atol=1e-6)

@@ -28,7 +28,7 @@ from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
 from oxbench.engine.rollout import Rollout, collate_rollouts
-from oxbench.text.batching import encode_pair, logps_from_output
+from oxbench.text.batching import encode_pair, logps_from_output, shared_prompt_forward
 from oxbench.text.formatting import format_completion, format_prompt
 
 
@@ -117,6 +117,7 @@ class Learner:
     is_cap: float = 2.0  # the importance weight above which the diagnostics count a token as truncated
     ess_lr: str = "none"  # VCPO's ESS-scaled learning rate: none, sqrt or linear in min(1, ESS / ess_lr_base)
     ess_lr_base: float = 1.0
+    share_prompt: bool = False  # forward each prompt once and its completions on its KV cache
     diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
     _prev_grad: torch.Tensor | None = None
 
@@ -140,7 +141,10 @@ class Learner:
         for part in parts:
             batch, old = collate_rollouts(part, pad, self.max_len)
             prep.batches.append((batch, old))
-            prep.ref.append(self.live_ref.logps(batch)[0] if self.live_ref is not None else None)
+            ref = (
+                None if self.live_ref is None else self.live_ref.logps(batch, share_prompt=self.share_prompt)
+            )
+            prep.ref.append(ref[0] if ref is not None else None)
             prep.old_values.append(self._values(batch) if self.spec.needs_value_model else None)
         if self.split:
             prep.stats = self._batch_stats(prep)
@@ -269,9 +273,12 @@ class Learner:
             )
             return inputs, {"skipped_tied": float(tied)}, tied
         batch, old = prep.batches[m]
-        out = self.engine(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-        )
+        if self.share_prompt:
+            out = shared_prompt_forward(self.engine, batch)
+        else:
+            out = self.engine(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+            )
         logp, mask, logits = logps_from_output(out, batch, return_logits=True)
         part = prep.parts[m]
         inputs = LossInputs(

@@ -110,5 +110,5 @@ class LiveReference:
         mix_reference_([state_dict[k].to(own[k].dtype) for k in keys], [own[k] for k in keys], alpha)
 
     @torch.no_grad()
-    def logps(self, batch, *, return_logits: bool = False):
-        return token_logps(self.model, batch, return_logits=return_logits)
+    def logps(self, batch, *, return_logits: bool = False, share_prompt: bool = False):
+        return token_logps(self.model, batch, return_logits=return_logits, share_prompt=share_prompt)

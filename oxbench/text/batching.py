@@ -31,11 +31,14 @@ def collate(seqs: list[tuple[list[int], int]], pad_id: int) -> dict[str, torch.T
     return {"input_ids": ids, "attention_mask": attn, "response_mask": resp}
 
 
-def token_logps(model, batch: dict[str, torch.Tensor], *, return_logits: bool = False):
+def token_logps(model, batch: dict[str, torch.Tensor], *, return_logits: bool = False, share_prompt=False):
     """Per-target log-probs (B, T-1), their mask (B, T-1), and optionally the logits (B, T-1, V).
 
-    Token log-probs are zero where the mask is zero.
+    Token log-probs are zero where the mask is zero. ``share_prompt``: through
+    :func:`shared_prompt_forward` (each distinct prompt forwarded once).
     """
+    if share_prompt:
+        return logps_from_output(shared_prompt_forward(model, batch), batch, return_logits=return_logits)
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
     return logps_from_output(out, batch, return_logits=return_logits)
 
@@ -49,3 +52,50 @@ def logps_from_output(out, batch: dict[str, torch.Tensor], *, return_logits: boo
     if return_logits:
         return logp, mask, logits
     return logp, mask
+
+
+def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``{"logits": (B, T, V)}`` for ``batch`` from one forward of each distinct prompt and one forward
+    of all the completions on their prompts' KV cache: what ``model(**batch)`` gives at every position
+    the loss reads (``prompt_len - 1 … len - 2``, whose logits score the completion tokens), zero
+    elsewhere. Equal to the full forward up to float rounding; gradients flow through the shared cache.
+
+    Online groups repeat each prompt ``n`` times, so with prompt length P, completion length K and U
+    distinct prompts the forward covers U·P + B·K positions instead of B·(P + K).
+
+    Prompts are right-padded (so no query row is fully masked) and the completions follow the padded
+    prompt; the attention mask hides both gaps and ``position_ids`` continue each row's own prompt, so
+    rotary positions are the full forward's. A row's prompt ends where its ``response_mask`` starts.
+    Needs a model that returns a KV cache (HF causal LMs, with or without LoRA).
+    """
+    ids, resp = batch["input_ids"], batch["response_mask"].bool()
+    lens = batch["attention_mask"].sum(1)
+    plens = torch.where(resp.any(1), resp.int().argmax(1), lens)
+    keys = [tuple(ids[i, : plens[i]].tolist()) for i in range(len(ids))]
+    distinct = list(dict.fromkeys(keys))
+    owner = torch.tensor([distinct.index(key) for key in keys])
+    prompts = collate([(list(key), len(key)) for key in distinct], 0)
+    first = model(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"], use_cache=True)
+    cache = first["cache"]
+    cache.reorder_cache(owner)
+    k = lens - plens  # completion tokens per row
+    comps = collate([(ids[i, plens[i] : lens[i]].tolist(), 0) for i in range(len(ids))], 0)
+    second = model(
+        input_ids=comps["input_ids"],
+        attention_mask=torch.cat([prompts["attention_mask"][owner], comps["attention_mask"]], 1),
+        position_ids=plens[:, None] + torch.arange(comps["input_ids"].shape[1])[None, :],
+        cache=cache,
+        use_cache=True,
+    )
+    # completion token j of row i is scored at column plen_i + j - 1: by the prompt's last position
+    # (j = 0) or by the completion's position j - 1
+    rows = torch.repeat_interleave(torch.arange(len(ids)), k)
+    js = torch.cat([torch.arange(int(n)) for n in k])
+    p_last = torch.tensor([len(key) - 1 for key in distinct])[owner[rows]]
+    values = torch.where(
+        (js == 0)[:, None],
+        first["logits"][owner[rows], p_last].float(),
+        second["logits"][rows, (js - 1).clamp(min=0)].float(),
+    )
+    out = torch.zeros((*ids.shape, values.shape[-1]), dtype=values.dtype)
+    return {"logits": out.index_put((rows, plens[rows] + js - 1), values)}
