@@ -95,7 +95,10 @@ def test_run_metrics_carry_the_headline_number_chance_and_size(micro):
     cfg = RunConfig(eval={"lm_eval": {"tasks": {**GENERAL, "oxbench_arith_hard": "hard"}, "limit": 5,
                                       "max_gen_toks": 8}})  # fmt: skip
     m = lm_eval_metrics(model, tok, cfg)
-    assert set(m) == {f"lmeval_{t}{s}" for t in cfg.eval.lm_eval.tasks for s in ("", "_chance", "_n")}
+    assert set(m) == {f"lmeval_{t}{s}" for t in cfg.eval.lm_eval.tasks for s in ("", "_chance", "_n")} | {
+        "lmeval_oxbench_arith_hard_flexible"  # the strict-match task keeps its flexible score too
+    }
+    assert m["lmeval_oxbench_arith_hard_flexible"] >= m["lmeval_oxbench_arith_hard"]
     assert (m["lmeval_oxbench_order_chance"], m["lmeval_oxbench_reverse_chance"]) == (0.25, 0.0)
     assert 0 < m["lmeval_oxbench_arith_hard_chance"] < 0.05  # answers of 4 operations on 1-40 spread wide
     assert all(m[f"lmeval_{t}_n"] == 5 for t in cfg.eval.lm_eval.tasks)
@@ -115,6 +118,7 @@ def test_a_run_records_lm_eval_families_for_the_model_and_its_base(tmp_path, mic
     m = rec["metrics"]
     for t in ("oxbench_order", "oxbench_arith_hard"):
         assert m[f"lmeval_{t}_n"] == 4 and f"base_lmeval_{t}" in m and f"base_lmeval_{t}_n" not in m
+    assert "base_lmeval_oxbench_arith_hard_flexible" in m and "lmeval_oxbench_order_flexible" not in m
     df = load_runs(tmp_path / "fam")
     assert df.loc[0, "domain_general"] == m["lmeval_oxbench_order"]
     assert df.loc[0, "base_domain_hard"] == m["base_lmeval_oxbench_arith_hard"]

@@ -195,6 +195,10 @@ PRIMARY_METRICS = (
 )
 
 
+#: kept beside a strict-match headline: the last number taken, whatever the format
+FLEXIBLE = "exact_match,flexible-extract"
+
+
 def _hook_metadata(task: dict) -> dict | None:
     """The run's task knobs that the bundled hooks read (``oxbench_arith_hard`` builds on ``arith``)."""
     if task["name"] != "arith":
@@ -216,7 +220,8 @@ def task_chance(name: str, task: dict, n: int) -> float | None:
 
 def lm_eval_metrics(model, tokenizer, cfg) -> dict[str, float | None]:
     """``eval.lm_eval``'s tasks on ``model``, as flat run metrics: ``lmeval_<task>`` (the task's headline
-    number, :data:`PRIMARY_METRICS`), ``lmeval_<task>_chance`` and ``lmeval_<task>_n`` (documents scored).
+    number, :data:`PRIMARY_METRICS`), ``lmeval_<task>_chance`` and ``lmeval_<task>_n`` (documents scored),
+    and ``lmeval_<task>_flexible`` beside a strict-match headline (so format and answer can be told apart).
     The families each task belongs to stay in the config (``eval.lm_eval.tasks``). ``{}`` if none."""
     le, task = cfg.eval.lm_eval, cfg.task.model_dump()
     if not le.tasks:
@@ -231,6 +236,8 @@ def lm_eval_metrics(model, tokenizer, cfg) -> dict[str, float | None]:
         n = _documents(raw, name)
         out |= {f"lmeval_{name}": scores[name][metric], f"lmeval_{name}_chance": task_chance(name, task, n),
                 f"lmeval_{name}_n": n}  # fmt: skip
+        if metric == "exact_match,strict-match" and FLEXIBLE in scores[name]:  # format apart from the answer
+            out[f"lmeval_{name}_flexible"] = scores[name][FLEXIBLE]
     return out
 
 
