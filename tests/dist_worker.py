@@ -41,6 +41,8 @@ def main(model_dir, method, zero, batch, accum, steps, out):
     )
     lag = int(os.environ.get("DELAYED_S", -1))  # >= 0: the delayed source at that lag
     source = {"source": "delayed", "staleness": lag} if lag >= 0 else {}
+    if os.environ.get("SHARE_PROMPT") == "1":
+        source["share_prompt"] = True
     cfg = cfg.model_copy(
         update={
             "online": cfg.online.model_copy(update={"rounds": int(steps), "prompts_per_batch": 4, **source})

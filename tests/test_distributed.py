@@ -84,6 +84,18 @@ def test_online_loop_at_world_size_2_zero2(tmp_path, micro_model_dir):
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res["history"])
 
 
+def test_shared_prompt_forward_under_zero3_at_world_size_2(tmp_path, micro_model_dir):
+    """Two forwards (prompts, then completions on their cache) before one backward, with ZeRO-3's
+    partitioned parameters gathered per forward: the same steps as the full forward, to rounding."""
+    (tmp_path / "full").mkdir()
+    full = run_worker(tmp_path / "full", micro_model_dir, "sgrpo", 3, 4, 1, 2, nproc=2)
+    shared = run_worker(
+        tmp_path, micro_model_dir, "sgrpo", 3, 4, 1, 2, nproc=2, env_extra={"SHARE_PROMPT": "1"}
+    )
+    assert shared["world"] == 2 and shared["steps"] == 2
+    assert_same_params(full["params"], shared["params"], atol=1e-6)
+
+
 def curve_rows(tmp_path, model_dir, zero, nproc) -> list[dict]:
     out = run_worker(
         tmp_path, model_dir, "sgrpo", zero, 4, 1, 2, nproc=nproc, env_extra={"CURVE_EVERY": "16"}

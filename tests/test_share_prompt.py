@@ -75,6 +75,14 @@ def test_a_prompt_cut_by_max_len_has_nothing_to_score_and_does_not_break_the_oth
     torch.testing.assert_close(shared, full, rtol=0, atol=2e-5)
 
 
+def test_a_batch_with_nothing_to_score_takes_the_full_forward():
+    m, tok = model()
+    batch = online_batch(tok, max_len=4)  # every prompt is longer than 4 tokens
+    assert batch["response_mask"].sum() == 0
+    full, shared, _ = both(m, batch)
+    assert shared.requires_grad and float(shared.abs().sum()) == 0.0
+
+
 def test_lora_model_trains_only_its_adapters_through_the_shared_cache():
     m, tok = model()
     lora = get_peft_model(m, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))

@@ -69,6 +69,8 @@ def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, to
     Needs a model that returns a KV cache (HF causal LMs, with or without LoRA).
     """
     ids, resp = batch["input_ids"], batch["response_mask"].bool()
+    if not resp.any():  # nothing to score (every completion cut by max_len): the full forward's zeros
+        return model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False)
     lens = batch["attention_mask"].sum(1)
     plens = torch.where(resp.any(1), resp.int().argmax(1), lens)
     keys = [tuple(ids[i, : plens[i]].tolist()) for i in range(len(ids))]
