@@ -32,6 +32,7 @@ PROMPTS, N = 4, 4
 OVERRIDES = {"rloo": {"normalize_advantages": True}, "grpo": {"beta": 0.04}}
 
 
+SHARE = os.environ.get("SHARE_PROMPT") == "1"  # the learner runs online.share_prompt
 REWARDS = [1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0]  # group 1 flat: DAPO drops it
 
 
@@ -71,8 +72,7 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
     model, _, live_ref = tr.online_policy(spec, hparams, model, 0)
     micro = micro_batches_per_rank(PROMPTS, per_micro, ws, method)
     engine = tr.build_engine(model, cfg, 2, grad_accum=micro)
-    share = os.environ.get("SHARE_PROMPT") == "1"
-    learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method, share_prompt=share)
+    learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method, share_prompt=SHARE)
     grads = []
     real = learner_mod.grad_norm
 
@@ -97,7 +97,7 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
 
 def main(model_dir, per_micro, out, *methods):
     D.init_distributed()
-    if os.environ.get("SHARE_PROMPT") == "1":
+    if SHARE:
         methods = [m for m in methods if not losses.get(m).needs_value_model]
     result = {m: run_method(model_dir, m, int(per_micro)) for m in methods}
     if D.is_main():

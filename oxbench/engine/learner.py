@@ -28,7 +28,7 @@ from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
 from oxbench.engine.rollout import Rollout, collate_rollouts
-from oxbench.text.batching import encode_pair, logps_from_output, shared_prompt_forward
+from oxbench.text.batching import encode_pair, forward, logps_from_output
 from oxbench.text.formatting import format_completion, format_prompt
 
 
@@ -141,19 +141,15 @@ class Learner:
         for part in parts:
             batch, old = collate_rollouts(part, pad, self.max_len)
             prep.batches.append((batch, old))
-            ref = (
-                None if self.live_ref is None else self.live_ref.logps(batch, share_prompt=self.share_prompt)
-            )
-            prep.ref.append(ref[0] if ref is not None else None)
+            ref = self.live_ref
+            prep.ref.append(ref.logps(batch, share_prompt=self.share_prompt)[0] if ref is not None else None)
             prep.old_values.append(self._values(batch) if self.spec.needs_value_model else None)
         if self.split:
             prep.stats = self._batch_stats(prep)
         return prep
 
     def _values(self, batch) -> torch.Tensor:
-        out = self.engine(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-        )
+        out = forward(self.engine, batch)  # the value head's model: never the shared-prompt forward
         _, mask = logps_from_output(out, batch)
         return (out["value"][:, :-1] * mask).detach()
 
@@ -273,12 +269,7 @@ class Learner:
             )
             return inputs, {"skipped_tied": float(tied)}, tied
         batch, old = prep.batches[m]
-        if self.share_prompt:
-            out = shared_prompt_forward(self.engine, batch)
-        else:
-            out = self.engine(
-                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
-            )
+        out = forward(self.engine, batch, share_prompt=self.share_prompt)
         logp, mask, logits = logps_from_output(out, batch, return_logits=True)
         part = prep.parts[m]
         inputs = LossInputs(

@@ -31,16 +31,22 @@ def collate(seqs: list[tuple[list[int], int]], pad_id: int) -> dict[str, torch.T
     return {"input_ids": ids, "attention_mask": attn, "response_mask": resp}
 
 
+def forward(model, batch: dict[str, torch.Tensor], *, share_prompt: bool = False):
+    """The model's output on ``batch`` (no KV cache kept); ``share_prompt``: through
+    :func:`shared_prompt_forward` (each distinct prompt forwarded once)."""
+    if share_prompt:
+        return shared_prompt_forward(model, batch)
+    return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+
+
 def token_logps(model, batch: dict[str, torch.Tensor], *, return_logits: bool = False, share_prompt=False):
     """Per-target log-probs (B, T-1), their mask (B, T-1), and optionally the logits (B, T-1, V).
 
-    Token log-probs are zero where the mask is zero. ``share_prompt``: through
-    :func:`shared_prompt_forward` (each distinct prompt forwarded once).
+    Token log-probs are zero where the mask is zero. ``share_prompt``: as :func:`forward`.
     """
-    if share_prompt:
-        return logps_from_output(shared_prompt_forward(model, batch), batch, return_logits=return_logits)
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
-    return logps_from_output(out, batch, return_logits=return_logits)
+    return logps_from_output(
+        forward(model, batch, share_prompt=share_prompt), batch, return_logits=return_logits
+    )
 
 
 def logps_from_output(out, batch: dict[str, torch.Tensor], *, return_logits: bool = False):
@@ -70,13 +76,13 @@ def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, to
     """
     ids, resp = batch["input_ids"], batch["response_mask"].bool()
     if not resp.any():  # nothing to score (every completion cut by max_len): the full forward's zeros
-        return model(input_ids=ids, attention_mask=batch["attention_mask"], use_cache=False)
+        return forward(model, batch)
     lens = batch["attention_mask"].sum(1)
     plens = torch.where(resp.any(1), resp.int().argmax(1), lens)
     keys = [tuple(ids[i, : plens[i]].tolist()) for i in range(len(ids))]
-    distinct = list(dict.fromkeys(keys))
-    owner = torch.tensor([distinct.index(key) for key in keys])
-    prompts = collate([(list(key), len(key)) for key in distinct], 0)
+    index = {key: u for u, key in enumerate(dict.fromkeys(keys))}  # each distinct prompt, in first-seen order
+    owner = torch.tensor([index[key] for key in keys])
+    prompts = collate([(list(key), len(key)) for key in index], 0)
     first = model(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"], use_cache=True)
     cache = first["cache"]
     cache.reorder_cache(owner)
@@ -93,10 +99,9 @@ def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, to
     # (j = 0) or by the completion's position j - 1
     rows = torch.repeat_interleave(torch.arange(len(ids)), k)
     js = torch.cat([torch.arange(int(n)) for n in k])
-    p_last = torch.tensor([len(key) - 1 for key in distinct])[owner[rows]]
     values = torch.where(
         (js == 0)[:, None],
-        first["logits"][owner[rows], p_last].float(),
+        first["logits"][owner[rows], plens[rows] - 1].float(),
         second["logits"][rows, (js - 1).clamp(min=0)].float(),
     )
     out = torch.zeros((*ids.shape, values.shape[-1]), dtype=values.dtype)

@@ -53,12 +53,12 @@ def _fused(*linears) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, None if biases[0] is None else torch.cat(biases)
 
 
-def _repeat_prompt(c: torch.Tensor, n: int, p: int) -> tuple[torch.Tensor]:
-    """``(cache,)`` with each row repeated ``n`` times: the prompt's ``p`` filled slots copied, the
-    slots decoding will write left unset (copying them cost 5% of a rollout batch at tiny-m)."""
+def _repeat_prompt(c: torch.Tensor, n: int, p: int) -> torch.Tensor:
+    """The cache with each row repeated ``n`` times: the prompt's ``p`` filled slots copied, the slots
+    decoding will write left unset (copying them cost 5% of a rollout batch at tiny-m)."""
     out = c.new_empty((c.shape[0] * n, *c.shape[1:]))
     out[:, :, :p] = c[:, :, :p].repeat_interleave(n, 0)
-    return (out,)
+    return out
 
 
 class LeanDecoder:
@@ -138,7 +138,7 @@ class LeanDecoder:
         self_only = torch.eye(p, dtype=torch.bool)  # a padding position sees itself (no all-masked row: NaN)
         pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         logits = self.forward(input_ids, pos, cache, 0, (causal & allowed[:, None, None, :p]) | self_only)
-        cache = [_repeat_prompt(kc, n, p) + _repeat_prompt(vc, n, p) for kc, vc in cache]
+        cache = [(_repeat_prompt(kc, n, p), _repeat_prompt(vc, n, p)) for kc, vc in cache]
         logits, allowed, last = logits.repeat_interleave(n, 0), allowed.repeat_interleave(n, 0), pos[:, -1]
         new_ids = torch.full((b * n, max_new_tokens), eos_id, dtype=torch.long)
         logps = torch.zeros(b * n, max_new_tokens)
