@@ -123,13 +123,14 @@ def build_offline_inputs(
                     setattr(inp, f"ref_{role}_logits", logits)
         rewards = [e.get("chosen_reward") for e in chunk], [e.get("rejected_reward") for e in chunk]
         if all(r is not None for r in rewards[0] + rewards[1]):
-            inp.chosen_rewards = torch.tensor(rewards[0], dtype=torch.float32)
-            inp.rejected_rewards = torch.tensor(rewards[1], dtype=torch.float32)
+            dev = inp.chosen_logps.device
+            inp.chosen_rewards = torch.tensor(rewards[0], dtype=torch.float32, device=dev)
+            inp.rejected_rewards = torch.tensor(rewards[1], dtype=torch.float32, device=dev)
         return inp
     # unpaired
     logp, mask = pol["main"][:2]
     inp.token_logps, inp.mask, inp.logps = logp, mask, logp.sum(-1)
-    inp.labels = torch.tensor([e["label"] for e in chunk], dtype=torch.bool)
+    inp.labels = torch.tensor([e["label"] for e in chunk], dtype=torch.bool, device=logp.device)
     inp.kl_logps = pol["kl"][0].sum(-1)
     seq, _, _ = ref("main")
     kl_seq, _, _ = ref("kl")

@@ -130,11 +130,18 @@ def unflatten(tree, tensors: dict[str, torch.Tensor]):
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every generator a resume must restore: torch's CPU one, Python's, numpy's and, on a GPU rank,
+    the CUDA ones (sampling and dropout there draw from them)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.stack(torch.cuda.get_rng_state_all())
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(list(state["cuda"]))
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
 
@@ -284,7 +291,9 @@ class Checkpointer:
         d = self.root / f"step-{choice:08d}"
         rk = D.rank()
         skeleton = json.loads((d / f"rank{rk}.json").read_text())
-        return choice, unflatten(skeleton, load_file(str(d / f"rank{rk}.safetensors")))
+        # onto the host: RNG states must be CPU tensors, and load_state_dict / DeepSpeed copy the rest
+        # onto the rank's device where its parameters live
+        return choice, unflatten(skeleton, load_file(str(d / f"rank{rk}.safetensors"), device="cpu"))
 
     def finish(self) -> None:
         """The cell finished: drop its checkpoints (all but the newest with ``keep_final``)."""

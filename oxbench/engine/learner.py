@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import oxbench.device as placement
 from losses import LossInputs, LossSpec
 from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
@@ -60,6 +61,10 @@ def _pad_cat(ts: list[torch.Tensor | None]) -> torch.Tensor | None:
     return torch.cat([torch.nn.functional.pad(t.float(), (0, cols - t.size(1))) for t in ts])
 
 
+def _scalar(v: float) -> torch.Tensor:
+    return torch.tensor(float(v), device=placement.get())
+
+
 class LossState:
     """The state a loss carries across optimiser steps (``LossSpec.initial_state``).
 
@@ -70,7 +75,7 @@ class LossState:
 
     def __init__(self, spec: LossSpec):
         init = spec.initial_state
-        self.value = {k: torch.tensor(float(v)) for k, v in init.items()} if init else None
+        self.value = {k: _scalar(v) for k, v in init.items()} if init else None
         self._proposals: list[dict] = []
 
     def offer(self, state: dict | None) -> None:
@@ -82,7 +87,7 @@ class LossState:
             return
         proposals = [p for rank in D.all_gather_objects(self._proposals) for p in rank]
         if proposals:
-            self.value = {k: torch.tensor(sum(p[k] for p in proposals) / len(proposals)) for k in self.value}
+            self.value = {k: _scalar(sum(p[k] for p in proposals) / len(proposals)) for k in self.value}
         self._proposals = []
 
     def as_dict(self) -> dict[str, float] | None:
@@ -174,9 +179,7 @@ class Learner:
             token_logps=old,
             old_token_logps=old,
             mask=merged("mask"),
-            rewards=torch.tensor(rewards, dtype=torch.float32),
-            group_ids=torch.tensor(groups, dtype=torch.long),
-            policy_versions=torch.tensor(versions, dtype=torch.long),
+            **_row_tensors(rewards, groups, versions, old.device),
             current_version=prep.version,
             max_completion_length=self.max_new_tokens,
             ref_token_logps=merged("ref"),
@@ -271,15 +274,13 @@ class Learner:
         batch, old = prep.batches[m]
         out = forward(self.engine, batch, share_prompt=self.share_prompt)
         logp, mask, logits = logps_from_output(out, batch, return_logits=True)
-        part = prep.parts[m]
+        rows = [(r.reward, r.group, r.policy_version) for r in prep.parts[m]]
         inputs = LossInputs(
             token_logps=logp,
             mask=mask,
             logps=logp.sum(-1),
-            old_token_logps=old.to(logp.device),
-            rewards=torch.tensor([r.reward for r in part], dtype=torch.float32),
-            group_ids=torch.tensor([r.group for r in part], dtype=torch.long),
-            policy_versions=torch.tensor([r.policy_version for r in part], dtype=torch.long),
+            old_token_logps=old,
+            **_row_tensors(*zip(*rows, strict=True), logp.device),
             current_version=version,
             max_completion_length=self.max_new_tokens,
             ref_token_logps=prep.ref[m],
@@ -298,6 +299,15 @@ class Learner:
             inputs.values = out["value"][:, :-1] * mask
             inputs.old_values = prep.old_values[m]
         return inputs, {"entropy": token_entropy(logits, mask)}, False
+
+
+def _row_tensors(rewards, groups, versions, device) -> dict[str, torch.Tensor]:
+    """LossInputs' per-rollout fields (rewards, group ids, policy versions) on ``device``."""
+    return {
+        "rewards": torch.tensor(rewards, dtype=torch.float32, device=device),
+        "group_ids": torch.tensor(groups, dtype=torch.long, device=device),
+        "policy_versions": torch.tensor(versions, dtype=torch.long, device=device),
+    }
 
 
 @torch.no_grad()

@@ -10,10 +10,13 @@ says so.
 from __future__ import annotations
 
 import copy
+import os
+import secrets
 from pathlib import Path
 
 import torch
 
+import oxbench.device as placement
 from losses.reference import mix_reference_
 from oxbench.text.batching import collate, token_logps
 from oxbench.utils import cache_root, content_hash
@@ -33,7 +36,7 @@ def scatter_rows(rows: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
         pos = torch.nonzero(mask[i] > 0).squeeze(-1)
         if len(vals) != pos.numel():
             raise RuntimeError(f"reference cache row {i} has {len(vals)} tokens, batch has {pos.numel()}")
-        out[i, pos] = torch.tensor(vals, dtype=torch.float32)
+        out[i, pos] = torch.tensor(vals, dtype=torch.float32, device=mask.device)
     return out
 
 
@@ -88,7 +91,7 @@ class RefCache:
 
 def _save_atomic(obj, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{torch.randint(0, 1 << 30, (1,)).item()}.tmp")
+    tmp = path.with_name(path.name + f".{os.getpid()}.{secrets.token_hex(4)}.tmp")
     torch.save(obj, tmp)
     tmp.replace(path)
 
@@ -97,7 +100,7 @@ class LiveReference:
     """A frozen copy of the policy, with a hard or soft (TR-DPO) refresh."""
 
     def __init__(self, model):
-        self.model = copy.deepcopy(model).eval()
+        self.model = placement.place(copy.deepcopy(model).eval())
         for p in self.model.parameters():
             p.requires_grad_(False)
 
@@ -107,7 +110,7 @@ class LiveReference:
         the TRL parity tests check (:func:`losses.reference.mix_reference_`)."""
         own = self.model.state_dict()
         keys = [k for k in state_dict if k in own]
-        mix_reference_([state_dict[k].to(own[k].dtype) for k in keys], [own[k] for k in keys], alpha)
+        mix_reference_([state_dict[k].to(own[k]) for k in keys], [own[k] for k in keys], alpha)
 
     @torch.no_grad()
     def logps(self, batch, *, return_logits: bool = False, share_prompt: bool = False):

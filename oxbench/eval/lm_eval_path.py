@@ -132,7 +132,7 @@ def run_lm_eval(
     manager = build_task_manager(tasks, task_dir, data_file, metadata)
     was_training = model.training
     try:
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device))
         return lm_eval.simple_evaluate(
             model=lm,
             tasks=list(tasks),

@@ -58,12 +58,20 @@ def load_model(path: str, cfg: RunConfig, *, init_seed: int):
     dtype = torch.bfloat16 if cfg.model.dtype == "bf16" else torch.float32
     try:
         tok = load_tokenizer(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        # use_kernels=False: transformers would otherwise fetch kernels from the Hub when the model
+        # first meets a GPU (no network there, and kernels that differ between arms)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, use_kernels=False, **attention_kwargs(cfg.model.attn_implementation)
+        )
     except OSError as exc:
         raise ModelError(f"cannot load model {path!r}: {str(exc).splitlines()[0]}") from exc
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model.config.pad_token_id = tok.pad_token_id
+    if cfg.model.gradient_checkpointing:
+        # non-reentrant: no input that requires grad needed (LoRA freezes the embeddings); only in
+        # training mode, so the rollout and reference copies keep their KV caches
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.model.lora.enabled:
         from peft import LoraConfig, get_peft_model
 
@@ -80,6 +88,19 @@ def load_model(path: str, cfg: RunConfig, *, init_seed: int):
             ),
         )
     return model, tok
+
+
+def attention_kwargs(name: str) -> dict:
+    """``attn_implementation`` for ``from_pretrained``. ``auto``: HF's own default (sdpa) on the CPU,
+    so CPU runs are unchanged; on a GPU, FlashAttention-2 where ``flash_attn`` is installed (no padded
+    attention matrix: the long, padded GSM8K batches of a 7B run at 1,024 tokens) and sdpa otherwise."""
+    if name != "auto":
+        return {"attn_implementation": name}
+    if not torch.cuda.is_available():
+        return {}
+    import importlib.util
+
+    return {"attn_implementation": "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"}
 
 
 def count_parameters(model) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import oxbench.device as placement
+
 
 def encode_pair(tokenizer, prompt: str, completion: str, max_len: int) -> tuple[list[int], int]:
     """Token ids of prompt+completion and the prompt length (completion truncated to fit)."""
@@ -18,17 +20,19 @@ def encode_pair(tokenizer, prompt: str, completion: str, max_len: int) -> tuple[
     return (p + c)[:max_len], len(p)
 
 
-def collate(seqs: list[tuple[list[int], int]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad ``(ids, prompt_len)`` pairs into input_ids, attention_mask, response_mask."""
+def collate(seqs: list[tuple[list[int], int]], pad_id: int, device=None) -> dict[str, torch.Tensor]:
+    """Right-pad ``(ids, prompt_len)`` pairs into input_ids, attention_mask, response_mask, built
+    on ``device`` (default: the rank's, :mod:`oxbench.device`) in one copy each."""
+    dev = placement.get() if device is None else device
     width = max(len(ids) for ids, _ in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    resp = torch.zeros((len(seqs), width), dtype=torch.float32)
-    for i, (s, plen) in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
-        resp[i, plen : len(s)] = 1.0
-    return {"input_ids": ids, "attention_mask": attn, "response_mask": resp}
+    ids = [s + [pad_id] * (width - len(s)) for s, _ in seqs]
+    attn = [[1] * len(s) + [0] * (width - len(s)) for s, _ in seqs]
+    resp = [[0.0] * min(p, len(s)) + [1.0] * (len(s) - p) + [0.0] * (width - len(s)) for s, p in seqs]
+    return {
+        "input_ids": torch.tensor(ids, dtype=torch.long, device=dev),
+        "attention_mask": torch.tensor(attn, dtype=torch.long, device=dev),
+        "response_mask": torch.tensor(resp, dtype=torch.float32, device=dev),
+    }
 
 
 def forward(model, batch: dict[str, torch.Tensor], *, share_prompt: bool = False):
@@ -79,30 +83,31 @@ def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, to
         return forward(model, batch)
     lens = batch["attention_mask"].sum(1)
     plens = torch.where(resp.any(1), resp.int().argmax(1), lens)
+    dev = ids.device
     keys = [tuple(ids[i, : plens[i]].tolist()) for i in range(len(ids))]
     index = {key: u for u, key in enumerate(dict.fromkeys(keys))}  # each distinct prompt, in first-seen order
-    owner = torch.tensor([index[key] for key in keys])
-    prompts = collate([(list(key), len(key)) for key in index], 0)
+    owner = torch.tensor([index[key] for key in keys], device=dev)
+    prompts = collate([(list(key), len(key)) for key in index], 0, dev)
     first = model(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"], use_cache=True)
     cache = first["cache"]
     cache.reorder_cache(owner)
     k = lens - plens  # completion tokens per row
-    comps = collate([(ids[i, plens[i] : lens[i]].tolist(), 0) for i in range(len(ids))], 0)
+    comps = collate([(ids[i, plens[i] : lens[i]].tolist(), 0) for i in range(len(ids))], 0, dev)
     second = model(
         input_ids=comps["input_ids"],
         attention_mask=torch.cat([prompts["attention_mask"][owner], comps["attention_mask"]], 1),
-        position_ids=plens[:, None] + torch.arange(comps["input_ids"].shape[1])[None, :],
+        position_ids=plens[:, None] + torch.arange(comps["input_ids"].shape[1], device=dev)[None, :],
         cache=cache,
         use_cache=True,
     )
     # completion token j of row i is scored at column plen_i + j - 1: by the prompt's last position
     # (j = 0) or by the completion's position j - 1
-    rows = torch.repeat_interleave(torch.arange(len(ids)), k)
-    js = torch.cat([torch.arange(int(n)) for n in k])
+    rows = torch.repeat_interleave(torch.arange(len(ids), device=dev), k)
+    js = torch.cat([torch.arange(int(n), device=dev) for n in k])
     values = torch.where(
         (js == 0)[:, None],
         first["logits"][owner[rows], plens[rows] - 1].float(),
         second["logits"][rows, (js - 1).clamp(min=0)].float(),
     )
-    out = torch.zeros((*ids.shape, values.shape[-1]), dtype=values.dtype)
+    out = torch.zeros((*ids.shape, values.shape[-1]), dtype=values.dtype, device=dev)
     return {"logits": out.index_put((rows, plens[rows] + js - 1), values)}

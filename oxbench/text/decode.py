@@ -129,21 +129,23 @@ class LeanDecoder:
         prefilled once and its cache shared by its ``n`` samples. Rows that have ended stay in the batch
         (their draws discarded) until a quarter of it has ended, then leave it with their caches."""
         b, p = input_ids.shape
-        total = p + max_new_tokens
+        total, dev = p + max_new_tokens, input_ids.device
         shape = (b, self.kv_heads, total, self.head_dim)
         cache = [(self.embed.new_empty(shape), self.embed.new_empty(shape)) for _ in self.layers]
-        allowed = torch.zeros(b, total, dtype=torch.bool)
+        allowed = torch.zeros(b, total, dtype=torch.bool, device=dev)
         allowed[:, :p] = attention_mask.bool()
-        causal = torch.ones(p, p, dtype=torch.bool).tril()
-        self_only = torch.eye(p, dtype=torch.bool)  # a padding position sees itself (no all-masked row: NaN)
+        causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
+        self_only = torch.eye(
+            p, dtype=torch.bool, device=dev
+        )  # a padding position sees itself (no all-masked row: NaN)
         pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         logits = self.forward(input_ids, pos, cache, 0, (causal & allowed[:, None, None, :p]) | self_only)
         cache = [(_repeat_prompt(kc, n, p), _repeat_prompt(vc, n, p)) for kc, vc in cache]
         logits, allowed, last = logits.repeat_interleave(n, 0), allowed.repeat_interleave(n, 0), pos[:, -1]
-        new_ids = torch.full((b * n, max_new_tokens), eos_id, dtype=torch.long)
-        logps = torch.zeros(b * n, max_new_tokens)
-        rows, last = torch.arange(b * n), last.repeat_interleave(n)  # each batch row's output row
-        done = torch.zeros(b * n, dtype=torch.bool)
+        new_ids = torch.full((b * n, max_new_tokens), eos_id, dtype=torch.long, device=dev)
+        logps = torch.zeros(b * n, max_new_tokens, device=dev)
+        rows, last = torch.arange(b * n, device=dev), last.repeat_interleave(n)  # each row's output row
+        done = torch.zeros(b * n, dtype=torch.bool, device=dev)
         for t in range(max_new_tokens):
             tok = self._draw(logits, temperature, generator)
             live = ~done

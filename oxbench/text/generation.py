@@ -146,7 +146,7 @@ def sample(
         _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, None)
     ):
         if decoder is not None:
-            gen = torch.Generator().manual_seed(generator_seed + start * batch_size)
+            gen = torch.Generator(enc["input_ids"].device).manual_seed(generator_seed + start * batch_size)
             new, logps = decoder.sample(
                 enc["input_ids"],
                 enc["attention_mask"],
