@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import sys
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -171,11 +173,30 @@ class PretrainSettings(Strict):
         return v
 
 
+def accelerator_present() -> bool:
+    """Whether this machine has a CUDA GPU, without importing torch when nothing has (the CLI plans
+    without it): torch's answer once torch is loaded, else the NVIDIA device files."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].cuda.is_available()
+    return Path("/dev/nvidiactl").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 class ModelConfig(Strict):
     name: str = "tiny-xs"  # a built-in rung (tiny-xs/s/m/l), a Hugging Face id or a local path
-    dtype: Literal["fp32", "bf16"] = "fp32"
+    # auto: bf16 on a GPU machine, fp32 on a CPU one; resolved here, so records and run_ids carry the
+    # dtype that ran (a CPU run's hash is the one it had before "auto" existed)
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
     lora: LoraConfig = LoraConfig()
     pretrain: PretrainSettings = PretrainSettings()
+    gradient_checkpointing: bool = added(False)  # recompute activations in backward (7B at 1,024 tokens)
+    # auto: HF's default (sdpa) on the CPU; flash_attention_2 on a GPU where flash-attn is installed
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = added("auto")
+
+    @model_validator(mode="after")
+    def _resolve_dtype(self):
+        if self.dtype == "auto":
+            self.dtype = "bf16" if accelerator_present() else "fp32"
+        return self
 
 
 class TaskConfig(Strict):
@@ -227,6 +248,11 @@ class DataConfig(Strict):
     self_play_k: int = 16  # samples per prompt for preference pairs (reference study: 16)
     self_play_temperature: float = 1.0
     max_new_tokens: int = 48
+    # offline pairs (and the KTO and RFT rows made from them): chosen = the best self-play sample
+    # (self_play, the reference study) or the gold answer, scored correct (gold); rejected = the worst
+    # sample either way, and a prompt whose samples all score as high as the chosen one gives no pair.
+    # gold makes pairs even from a base that never answers right (a random model, a new checkpoint).
+    chosen_source: Literal["self_play", "gold"] = added("self_play")
     # online prompts by the base's difficulty (oxbench.data.difficulty): a SUBSETS name, or a mixture
     # {name: share} (shares sum to 1). None: every prompt.
     subset: str | dict[str, float] | None = added(None)
@@ -371,6 +397,27 @@ class OnlineConfig(Strict):
     # the grader that scores rollouts; random: a coin flip per completion text, whatever it says (a
     # control for collapse caused by reward noise alone)
     reward_grader: Literal["strict", "flexible", "random"] = added("strict")
+    # the vllm backend on GPUs (oxbench.engine.vllm_client.resolve_placement): colocate (the server shares
+    # its training rank's GPU, taking vllm_memory of it), separate (a GPU of its own: vllm_devices, by local
+    # rank, else the first GPU after the training ranks'; the asynchronous study's setting) or auto
+    # (separate when a GPU is left over, else colocate). Where it runs, not what it computes.
+    vllm_placement: Literal["colocate", "separate", "auto"] = added("colocate")
+    vllm_devices: list[int] | None = added(None)
+    vllm_memory: float | None = added(None)  # gpu_memory_utilization (None: 0.3 colocated, 0.9 separate)
+
+    @field_validator("vllm_memory")
+    @classmethod
+    def _share(cls, v):
+        if v is not None and not (math.isfinite(v) and 0 < v <= 1):
+            raise ValueError(f"vllm_memory must be a share of the GPU in (0, 1], got {v}")
+        return v
+
+    @field_validator("vllm_devices")
+    @classmethod
+    def _devices(cls, v):
+        if v is not None and (not v or any(d < 0 for d in v)):
+            raise ValueError(f"vllm_devices must list GPU indices >= 0, got {v}")
+        return v
 
     @field_validator("is_cap", "ess_lr_base")
     @classmethod
@@ -394,6 +441,10 @@ class OnlineConfig(Strict):
             )
         if self.source == "sync" and self.staleness:
             raise ValueError("online.staleness needs online.source 'delayed' or 'async'")
+        placed = [k for k in ("vllm_placement", "vllm_devices", "vllm_memory")
+                  if getattr(self, k) != type(self).model_fields[k].default]  # fmt: skip
+        if placed and self.backend != "vllm":
+            raise ValueError(f"online.{placed[0]} needs online.backend 'vllm' (got {self.backend!r})")
         return self
 
     def rollouts(self) -> int:
