@@ -21,6 +21,7 @@ from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import Checkpointer, Preempted
 from oxbench.engine.curves import Curve
+from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import base_model_path, count_parameters, load_model
@@ -284,6 +285,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     t0 = time.time()
     tracker = Tracker()  # none until the run starts training
     D.init_distributed()
+    reset_gpu_peak()
     record.world_size = D.world_size()
     if D.is_main():
         write_record(d, record)
@@ -298,6 +300,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         base_path, base_key = _on_main_first(lambda: base_model_path(cfg, verbose=verbose and D.is_main()))
         model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
         record.scale_params = count_parameters(model)
+        check_run(cfg, model, spec, hparams, run=run_id, world=D.world_size())  # one line if it cannot fit
         t_data = time.time()
         rows, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
         record.data = stats
@@ -350,9 +353,11 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         record.timing = {"total_s": round(time.time() - t0, 1)}
     except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
         record.status = "failed"
-        record.error = _one_line(exc)
+        record.error = oom_line(exc, run_id, cfg) or _one_line(exc)  # out of memory: the settings to lower
         record.traceback = traceback.format_exc(limit=20)
         record.timing = {"total_s": round(time.time() - t0, 1)}
+    if (peak := gpu_peak_gib()) is not None:  # this process's peak on its GPU (vLLM's server: not counted)
+        record.timing = {**(record.timing or {}), "peak_gpu_gib": peak}
     if D.is_main():
         tracker.close()
         record.tracking = tracker.status or None

@@ -24,7 +24,8 @@ from oxbench.engine.trainer import full_state_dict, train_offline, train_online
 from oxbench.models.loading import load_model
 
 TIME_KEYS = {"elapsed", "train_seconds", "gen_seconds", "cum_train_seconds", "cum_gen_seconds",
-             "rollouts_per_s", "queue_wait", "producer_wait", "producer_gen_seconds"}  # fmt: skip
+             "rollouts_per_s", "queue_wait", "producer_wait", "producer_gen_seconds", "sync_s",
+             "vllm_sync_s"}  # fmt: skip
 
 
 def test_state_tree_round_trip():

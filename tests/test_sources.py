@@ -126,6 +126,7 @@ def test_async_rounds_arrive_once_in_order_within_s(micro_model_dir, staleness):
     ]
     assert [ids for *_, ids in seen] == want
     assert all(h["queue_wait"] >= 0 and "producer_wait" in h for h in res.history)
+    assert all(h["sync_s"] > 0 for h in res.history)  # the learner publishing its weights to the producer
 
 
 def test_a_dead_producer_is_an_error_that_names_it(micro_model_dir):

@@ -28,11 +28,14 @@ def publish(shared: dict[str, torch.Tensor], state: dict[str, torch.Tensor], ver
 def produce(model, tokenizer, shared, version, lock, queue, stop, job: dict) -> None:
     """The producer's loop (the spawn target). ``job``: rounds (a list of each round's prompt rows),
     n, temperature, max_new_tokens, seeds (one sampling seed per round), reward_fn, inner_epochs,
-    staleness, max_len, backend, threads, first_round (the round a resumed run starts at)."""
+    staleness, max_len, backend, vllm (the server's placement), threads, first_round (the round a resumed
+    run starts at)."""
     from oxbench.engine.rollout import RolloutWorker
 
     torch.set_num_threads(job["threads"])
-    worker = RolloutWorker(model, tokenizer, max_len=job["max_len"], backend=job["backend"])
+    worker = RolloutWorker(
+        model, tokenizer, max_len=job["max_len"], backend=job["backend"], vllm=job.get("vllm")
+    )
     try:
         for rnd in range(job.get("first_round", 0), len(job["rounds"])):  # a resumed run starts later
             rows = job["rounds"][rnd]

@@ -14,6 +14,7 @@ byte-level BPE, decode -> encode gives other tokens than the ones sampled).
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -63,23 +64,38 @@ def collate_rollouts(rollouts: list[Rollout], pad_id: int, max_len: int) -> tupl
 
 
 class RolloutWorker:
-    def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf"):
+    """The rollout copy of the policy. ``vllm``: the vLLM server's placement (``placement``, ``devices``,
+    ``memory``: :class:`~oxbench.engine.vllm_client.VllmEngine`'s keywords) for backend ``vllm``."""
+
+    def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf", vllm: dict | None = None):
         self.model, self.backend = copy.deepcopy(model).eval(), backend
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1
+        self.sync_seconds = 0.0  # time in sync (weights in, and to a vLLM server) since take_sync_seconds
         self.vllm = None
         if backend == "vllm":
             from oxbench.engine.vllm_client import VllmEngine
 
-            self.vllm = VllmEngine(self.model, tokenizer, threads=torch.get_num_threads())
+            self.vllm = VllmEngine(self.model, tokenizer, threads=torch.get_num_threads(), **(vllm or {}))
 
     @torch.no_grad()
     def sync(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        start = time.perf_counter()
         self.model.load_state_dict(state_dict, strict=False)
         if self.vllm is not None:
             self.vllm.sync(self.model.state_dict())
         self.version = version
+        self.sync_seconds += time.perf_counter() - start
+
+    def take_sync_seconds(self) -> dict[str, float]:
+        """The weight-sync time since the last call, for a metrics row: ``sync_s`` (the whole sync) and,
+        with the vLLM backend, ``vllm_sync_s`` (its part: the weights saved and reloaded by the server)."""
+        out = {"sync_s": self.sync_seconds}
+        if self.vllm is not None:
+            out["vllm_sync_s"], self.vllm.sync_seconds = self.vllm.sync_seconds, 0.0
+        self.sync_seconds = 0.0
+        return out
 
     def close(self) -> None:
         if self.vllm is not None:

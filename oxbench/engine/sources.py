@@ -143,9 +143,12 @@ class AsyncSource:
         return experience
 
     def after_update(self, version: int, weights: Weights) -> None:
+        """Publish the learner's new weights to the producer; the time it takes is the round's ``sync_s``."""
         from oxbench.engine.producer import publish
 
+        start = time.perf_counter()
         publish(self.shared, weights(), self.version, version, self.lock)
+        self.stats["sync_s"] = self.stats.get("sync_s", 0.0) + time.perf_counter() - start
 
     def state_dict(self) -> None:  # a resumed producer starts afresh from the learner's weights
         return None

