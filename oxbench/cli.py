@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from oxbench.grid import GridError, expand, load_grid, load_run_config
 from oxbench.record import arm_label
@@ -33,12 +34,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="oxbench: a controlled benchmark harness for LLM post-training algorithms.",
 )
-out_console = Console(width=max(120, Console().width))
-err_console = Console(stderr=True)
+# markup=False: every message is literal text. Errors carry torch's "[rank0]:" prefixes, bracketed
+# paths and whatever a plugin raised; as markup they would be restyled or end the grid (MarkupError).
+out_console = Console(width=max(120, Console().width), markup=False, highlight=False)
+err_console = Console(stderr=True, markup=False, highlight=False)
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127) if chr(c) not in "\n\t"}
+
+
+def literal(text) -> str:
+    """``text`` as printable characters: control characters (an ANSI escape, a carriage return that
+    would overwrite the line) shown as ``\\xNN``."""
+    return str(text).translate(_CONTROL)
+
+
+def tagged(tag: str, style: str, msg) -> Text:
+    """``tag`` in ``style``, then ``msg`` as literal text."""
+    return Text.assemble((tag, style), " ", literal(msg))
 
 
 def fail(msg: str, code: int = 2):
-    err_console.print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
+    err_console.print(tagged("error:", "red", msg), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -240,9 +255,7 @@ def run(
             f"{len(elsewhere)} cell(s) were running in another oxbench process: {', '.join(elsewhere)}"
         )
     for r in failed:
-        err_console.print(
-            f"[red]failed[/red] {r.get('run_id')}: {r.get('error')}", highlight=False, soft_wrap=True
-        )
+        err_console.print(tagged("failed", "red", f"{r.get('run_id')}: {r.get('error')}"), soft_wrap=True)
     del counts
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
@@ -257,8 +270,12 @@ def _warn_missing_trackers(cells) -> None:
     for backend in sorted({b for c in cells for b in c.track}):
         if importlib.util.find_spec(PACKAGES[backend]) is None:
             err_console.print(
-                f"[yellow]warning[/yellow] track: {backend} is not installed (pip install 'oxbench\\[track]'); "
-                "runs log to their records only",
+                tagged(
+                    "warning",
+                    "yellow",
+                    f"track: {backend} is not installed (pip install 'oxbench[track]'); "
+                    "runs log to their records only",
+                ),
                 highlight=False,
             )
 
@@ -343,9 +360,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
             bar.advance(task)
             done = int(bar.tasks[0].completed)
             where = progress_status(done, len(todo), time.monotonic() - t0)
-            bar.console.print(
-                f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where}]", highlight=False
-            )
+            bar.console.print(literal(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where}]"))
 
         if executor == "local":
 
@@ -353,7 +368,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
                 from oxbench.runner import shared_label
 
                 if err:  # the cells that need it fail with the full error; keep going
-                    bar.console.print(f"[yellow]warning[/yellow] {err}", highlight=False)
+                    bar.console.print(tagged("warning", "yellow", err))
                 else:
                     bar.console.print(f"prepared {shared_label(cfg)} in {seconds:.0f} s", highlight=False)
 
@@ -461,7 +476,7 @@ def losses_check(
         fail(f"{target}: {type(exc).__name__}: {exc}")
     failures = check(spec, [r for r in RULES if not (fast and r == "trains")])
     for line in failures:
-        err_console.print(f"[red]broken[/red] {spec.name}: {line}", highlight=False, soft_wrap=True)
+        err_console.print(tagged("broken", "red", f"{spec.name}: {line}"), soft_wrap=True)
     if failures:
         raise typer.Exit(1)
     out_console.print(
@@ -494,7 +509,7 @@ def status(
         state, where = _cell_state(d, rec)
         counts[state] = counts.get(state, 0) + 1
         records += [rec] if rec is not None else []
-        t.add_row(run_id, state, where)
+        t.add_row(run_id, state, literal(where))
     out_console.print(t)
     out_console.print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     finished = [r for r in records if r["status"] == "finished"]
@@ -556,7 +571,7 @@ def report(
     except ValueError as exc:
         fail(str(exc))
     for w in dict.fromkeys(str(w.message) for w in seen if w.category.__name__ == "BadRecordWarning"):
-        err_console.print(f"[yellow]warning[/yellow] {w}", highlight=False, soft_wrap=True)
+        err_console.print(tagged("warning", "yellow", w), soft_wrap=True)
     out_console.print(f"wrote {path}")
 
 
