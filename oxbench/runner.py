@@ -185,7 +185,7 @@ def prepare_data(
             verbose=verbose,
         )
     )
-    pairs, stats = pipeline.preference_pairs(sp["samples"])
+    pairs, stats = pipeline.preference_pairs(sp["samples"], chosen_source=d.chosen_source)
     stats["self_play_key"] = sp["key"]
     if not pairs:
         raise RuntimeError(f"self-play gave no preference pairs ({stats['prompts']} prompts, all tied)")

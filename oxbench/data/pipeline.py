@@ -3,9 +3,11 @@
 Self-play follows the reference study: sample ``k`` completions per training prompt from the
 base model at temperature ``T``, score each with the strict grader; the preference pair is the
 first correct vs the first incorrect completion; prompts whose completions all score the same
-are dropped (and counted). RFT trains on the chosen completions; KTO sees each pair as one
-desirable and one undesirable example. Generated data is cached by a content hash of
-everything that determines it, so every method of a grid trains on byte-identical data.
+are dropped (and counted). With ``data.chosen_source: gold`` the chosen response is the gold
+answer instead (against the first incorrect completion; prompts with none are dropped). RFT
+trains on the chosen completions; KTO sees each pair as one desirable and one undesirable
+example. Generated data is cached by a content hash of everything that determines it, so every
+method of a grid trains on byte-identical data.
 """
 
 from __future__ import annotations
@@ -87,15 +89,23 @@ def self_play(
     return result
 
 
-def preference_pairs(samples: list[dict]) -> tuple[list[dict], dict]:
-    """Best vs worst completion per prompt; ties dropped. Returns (pairs, stats)."""
+def preference_pairs(samples: list[dict], *, chosen_source: str = "self_play") -> tuple[list[dict], dict]:
+    """Best vs worst completion per prompt; ties dropped. Returns (pairs, stats).
+
+    ``chosen_source="gold"`` (``data.chosen_source``): the chosen response is the gold answer, scored
+    1 (correct), against the worst sample; a prompt whose samples are all correct ties and is dropped.
+    """
+    if chosen_source not in ("self_play", "gold"):
+        raise ValueError(f"chosen_source must be 'self_play' or 'gold', got {chosen_source!r}")
     pairs = []
     for s in samples:
         scores = s["scores"]
         hi, lo = max(scores), min(scores)
+        chosen = s["completions"][scores.index(hi)]
+        if chosen_source == "gold":
+            hi, chosen = 1.0, s["answer"]
         if hi == lo:
             continue
-        chosen = s["completions"][scores.index(hi)]
         rejected = s["completions"][scores.index(lo)]
         pairs.append(
             {
