@@ -520,6 +520,17 @@ class CheckpointConfig(Strict):
     keep_final: bool = False  # keep the last checkpoint when the cell finishes (else they are deleted)
 
 
+class FaultConfig(Strict):
+    """How a cell of several ranks meets a fault (:func:`oxbench.engine.distributed.init_distributed`):
+    the longest any collective may wait for its peers before it fails with the rank and operation named.
+    Like ``checkpoint``, it changes how a run ends, never what it computes: not part of the ``run_id``."""
+
+    bounds = {"collective_timeout_s": POSITIVE}
+
+    # long enough for a 7B ZeRO-3 gather or a checkpoint write, short enough that a hung peer is seen
+    collective_timeout_s: float = 600.0
+
+
 class Seeds(Strict):
     """Independent seeds. Unset ones derive from the run seed (see :meth:`RunConfig.seeds`)."""
 
@@ -546,6 +557,7 @@ class RunConfig(Strict):
     loss: dict[str, Any] = Field(default_factory=dict)  # hyper-parameters overriding the loss's defaults
     seed_overrides: Seeds = Seeds()
     checkpoint: CheckpointConfig = CheckpointConfig()  # how the run is kept: not part of its identity
+    faults: FaultConfig = FaultConfig()  # collective timeouts: not part of its identity either
     # live tracking (oxbench/tracking.py): where the run's metrics also go; not part of its identity
     track: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = ["tensorboard"]
     # the dotted paths of the grid axes that vary, other than scale, method and seed (set by
@@ -582,8 +594,13 @@ class RunConfig(Strict):
         return self
 
     def identity(self) -> dict:
-        """The config that identifies the run (everything but ``arm_keys``, ``checkpoint`` and ``track``)."""
-        return {k: v for k, v in self.hash_view().items() if k not in ("arm_keys", "checkpoint", "track")}
+        """The config that identifies the run (everything but ``arm_keys``, ``checkpoint``, ``track`` and
+        ``faults``)."""
+        return {
+            k: v
+            for k, v in self.hash_view().items()
+            if k not in ("arm_keys", "checkpoint", "track", "faults")
+        }
 
     def arm(self) -> dict[str, Any]:
         """The arm this cell belongs to: ``scale``, ``method``, ``lora`` and the value of every key in

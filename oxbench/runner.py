@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -284,7 +286,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     )
     t0 = time.time()
     tracker = Tracker()  # none until the run starts training
-    D.init_distributed()
+    D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
     record.world_size = D.world_size()
     if D.is_main():
@@ -356,6 +358,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         record.error = oom_line(exc, run_id, cfg) or _one_line(exc)  # out of memory: the settings to lower
         record.traceback = traceback.format_exc(limit=20)
         record.timing = {"total_s": round(time.time() - t0, 1)}
+        record.error = _with_peer_cause(record.error)
     if (peak := gpu_peak_gib()) is not None:  # this process's peak on its GPU (vLLM's server: not counted)
         record.timing = {**(record.timing or {}), "peak_gpu_gib": peak}
     if D.is_main():
@@ -364,5 +367,29 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
         write_record(d, record)
         if record.status == "finished":
             Checkpointer.from_config(d, cfg).finish()
+    if record.status == "failed" and D.world_size() > 1:
+        _leave_the_world()  # the peers may never reach a barrier: never wait for them
     D.barrier()
     return record.model_dump(mode="json")
+
+
+def _with_peer_cause(error: str) -> str:
+    """A rank's error in a world of several: when another rank failed first (its error published in the
+    store), that rank's error is the cause and this one's (a reset connection, a timed-out collective)
+    follows it; otherwise this rank's error is published for its peers."""
+    if D.world_size() <= 1:
+        return error
+    cause = D.peer_failure()
+    if cause is not None and not cause.startswith(f"rank {D.rank()}:"):
+        return f"{cause} (then rank {D.rank()}: {error})"
+    D.publish_failure(error)
+    return f"rank {D.rank()}: {error}"
+
+
+def _leave_the_world() -> None:
+    """A failed rank of a multi-rank cell ends its process at once, after its record (rank 0) is
+    written: its peers, blocked in a collective or about to enter one, see the connection close and
+    fail within seconds, instead of waiting at a barrier this rank would never pass (or it at theirs)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -23,7 +24,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed() -> None:
+def init_distributed(timeout_s: float | None = None) -> None:
+    """Join (or make) the process group. ``timeout_s``: the longest a collective waits for its peers
+    (``faults.collective_timeout_s``); past it the collective raises instead of hanging."""
     if dist.is_available() and dist.is_initialized():
         return
     if "RANK" not in os.environ:
@@ -33,8 +36,12 @@ def init_distributed() -> None:
     import deepspeed
 
     _skip_shm_op()
+    extra = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
     deepspeed.init_distributed(
-        dist_backend="nccl" if torch.cuda.is_available() else "gloo", auto_mpi_discovery=False, verbose=False
+        dist_backend="nccl" if torch.cuda.is_available() else "gloo",
+        auto_mpi_discovery=False,
+        verbose=False,
+        **extra,
     )
 
 
@@ -129,6 +136,29 @@ def shutdown() -> None:
             deepspeed.comm.destroy_process_group()
         else:
             dist.destroy_process_group()
+
+
+FAILED_KEY = "oxbench/failed"  # in the process group's store: the first rank's error, for its peers
+
+
+def publish_failure(error: str) -> None:
+    """Tell the other ranks, through the process group's store (no collective: they may be blocked in
+    one), that this rank failed and why. The first rank to fail keeps the key."""
+    if world_size() > 1:
+        store = dist.distributed_c10d._get_default_store()
+        if not store.check([FAILED_KEY]):
+            store.set(FAILED_KEY, f"rank {rank()}: {error}")
+
+
+def peer_failure() -> str | None:
+    """The error a rank published with :func:`publish_failure` (``"rank R: ..."``), if one did."""
+    if world_size() <= 1:
+        return None
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        return store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
+    except (RuntimeError, ValueError):  # the store's host (rank 0) is gone
+        return None
 
 
 def all_gather_objects(obj) -> list:
