@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import oxbench.device as placement
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -55,12 +56,14 @@ def collate_rollouts(rollouts: list[Rollout], pad_id: int, max_len: int) -> tupl
     """
     seqs = [r.sequence(max_len) for r in rollouts]
     batch = collate(seqs, pad_id)
-    old = torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
-    for i, ((ids, plen), r) in enumerate(zip(seqs, rollouts)):
-        k = len(ids) - plen
+    cols = batch["input_ids"].shape[1] - 1
+    rows = []
+    for (ids, plen), r in zip(seqs, rollouts):
+        row, k = [0.0] * cols, len(ids) - plen
         if k > 0:
-            old[i, plen - 1 : plen - 1 + k] = torch.tensor(r.behaviour_logps[:k])
-    return batch, old
+            row[plen - 1 : plen - 1 + k] = r.behaviour_logps[:k]
+        rows.append(row)
+    return batch, torch.tensor(rows, dtype=torch.float32, device=batch["input_ids"].device)
 
 
 class RolloutWorker:
@@ -68,7 +71,7 @@ class RolloutWorker:
     ``memory``: :class:`~oxbench.engine.vllm_client.VllmEngine`'s keywords) for backend ``vllm``."""
 
     def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf", vllm: dict | None = None):
-        self.model, self.backend = copy.deepcopy(model).eval(), backend
+        self.model, self.backend = placement.place(copy.deepcopy(model).eval()), backend
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+import oxbench.device as placement
 from losses import LossInputs, LossSpec
 from oxbench.config import RunConfig, micro_batches_per_rank
 from oxbench.data.sampler import epoch_indices, make_sampler, order_sha
@@ -86,7 +87,7 @@ class PolicyWithValue(nn.Module):
     def __init__(self, lm):
         super().__init__()
         self.lm = lm
-        self.value_head = nn.Linear(lm.config.hidden_size, 1)
+        self.value_head = nn.Linear(lm.config.hidden_size, 1, device=lm.device)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
@@ -131,6 +132,7 @@ def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None
     """DeepSpeed engine; ``grad_accum``: micro-batches per optimiser step (default ``train.grad_accum``)."""
     import deepspeed
 
+    placement.place(model)  # DeepSpeed would move it too; the frozen copies made from it follow the rank
     t = cfg.train
     accum = t.grad_accum if grad_accum is None else grad_accum
     params = [p for p in model.parameters() if p.requires_grad]
@@ -530,7 +532,7 @@ class OnlineLoop:
                 ):
                     break
             experience, stats, gen_start = self.sample(rnd)
-            rewards = torch.tensor([r.reward for r in experience])
+            rewards = torch.tensor([r.reward for r in experience], device="cpu")  # host bookkeeping
             self.learn(rnd, experience, stats, rewards, gen_start)
             if self.detector is not None and (  # off: no per-round gather of the rewards
                 (res.collapse and self.detector.stop)
