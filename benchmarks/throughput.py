@@ -3,6 +3,8 @@
     python benchmarks/throughput.py generate --scales tiny-m tiny-l [--base tiny-m=DIR]
     python benchmarks/throughput.py online   --scales tiny-m tiny-l
     python benchmarks/throughput.py offline  --scales tiny-m tiny-l
+    python benchmarks/throughput.py online   --device cuda --scales qwen2-0.5b --base qwen2-0.5b=DIR \
+        --contenders oxbench-hf trl          # on a GPU, bf16 (scripts/gpu_smoke.sh)
 
 Every contender runs the same model (built from config with one seed, or ``--base`` weights), the same
 arith prompts and the same shapes: online B_p 8 x n 8 rollouts of at most 40 new tokens at T = 1, one
@@ -22,6 +24,10 @@ Contenders:
 * ``offline``: oxbench's offline loop (DPO, reference log-probs cached), TRL's DPOTrainer
   (``precompute_ref_log_probs``), and a bare loop (one forward of chosen + rejected + AdamW).
 
+``--device cuda`` runs every contender in bf16 on the GPU: oxbench's engine (DeepSpeed, bf16), TRL with
+``bf16`` and, where vllm is importable, ``use_vllm`` in its colocate mode (else HF generate, said in the
+JSON's ``trl``). ``--contenders`` keeps only the named ones (the reference is always kept).
+
 Writes ``--out`` (JSON: every time, every ratio, the machine) and prints a table of ratios.
 """
 
@@ -39,6 +45,19 @@ from pathlib import Path
 import torch
 
 B_P, N, NEW_TOKENS, DPO_BATCH = 8, 8, 40, 8
+DEVICE = "cpu"  # --device: cuda runs every contender in bf16 on the GPU
+
+
+def on_gpu() -> bool:
+    return DEVICE == "cuda"
+
+
+def trl_uses_vllm() -> bool:
+    import importlib.util
+
+    return on_gpu() and importlib.util.find_spec("vllm") is not None
+
+
 TASK = {"name": "arith", "n_ops": 2, "max_operand": 40}
 
 
@@ -47,16 +66,20 @@ TASK = {"name": "arith", "n_ops": 2, "max_operand": 40}
 
 def load_model(scale: str, base: str | None):
     """``(model, tokenizer)``: the saved base at ``base``, or the ``scale`` rung with seeded random weights."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from oxbench.models.tiny import build_tiny
     from oxbench.models.tokenizer import build_char_tokenizer
 
+    dtype = torch.bfloat16 if on_gpu() else torch.float32
     if base:
-        return AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+        from oxbench.models.loading import load_tokenizer
+
+        return AutoModelForCausalLM.from_pretrained(base, dtype=dtype), load_tokenizer(base)
     tok = build_char_tokenizer()
     torch.manual_seed(0)
-    return build_tiny(scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id), tok
+    model = build_tiny(scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    return model.to(dtype), tok
 
 
 def problems(n: int) -> list[dict]:
@@ -150,6 +173,7 @@ def oxbench_online(backend: str, share_prompt: bool = False):
                 "share_prompt": share_prompt,
             },  # fmt: skip
             data={"max_len": 256},
+            model={"dtype": "bf16" if on_gpu() else "fp32"},
         )
         spec = losses.get("sgrpo")
         _, res = tr.train_online(cfg, spec, spec.resolve_hparams(), model, tok, problems(256), run="bench")
@@ -175,7 +199,8 @@ def trl_online(model, tok, steps: int) -> list[float]:
         args = GRPOConfig(
             output_dir=out, per_device_train_batch_size=B_P * N, num_generations=N,
             max_completion_length=NEW_TOKENS, max_steps=steps + 1, learning_rate=1e-6, beta=0.0,
-            temperature=1.0, top_k=0, loss_type="grpo", use_cpu=True, bf16=False,
+            temperature=1.0, top_k=0, loss_type="grpo", use_cpu=not on_gpu(), bf16=on_gpu(),
+            use_vllm=trl_uses_vllm(), vllm_mode="colocate", vllm_gpu_memory_utilization=0.3,
             gradient_checkpointing=False, report_to=[], save_strategy="no", logging_steps=10**6,
             disable_tqdm=True, dataloader_num_workers=0,
         )  # fmt: skip
@@ -339,13 +364,18 @@ STUDIES = {
 }
 
 
-def measure(study: str, scale: str, base: str | None, steps: int, rounds: int) -> dict:
+def measure(
+    study: str, scale: str, base: str | None, steps: int, rounds: int, keep: list[str] | None = None
+) -> dict:
     contenders, ref = STUDIES[study]
-    if os.environ.get("OXBENCH_VLLM_PYTHON") and study in ("generate", "online"):
+    vllm_here = os.environ.get("OXBENCH_VLLM_PYTHON") or trl_uses_vllm()
+    if vllm_here and study in ("generate", "online"):
         contenders = {
             **contenders,
             **({"vllm": vllm_gen} if study == "generate" else {"oxbench-vllm": oxbench_online("vllm")}),
         }
+    if keep:
+        contenders = {k: v for k, v in contenders.items() if k in keep or k == ref}
     names = list(contenders)
     times: dict[str, list[list[float]]] = {k: [] for k in names}
     for r in range(rounds):
@@ -353,6 +383,9 @@ def measure(study: str, scale: str, base: str | None, steps: int, rounds: int) -
         for name in order:
             model, tok = load_model(scale, base)
             times[name].append(contenders[name](model, tok, steps))
+            del model
+            if on_gpu():
+                torch.cuda.empty_cache()
             print(f"  {study} {scale} round {r}: {name} median {statistics.median(times[name][-1]) * 1e3:.0f} ms",
                   flush=True)  # fmt: skip
     med = {k: [statistics.median(t) for t in v] for k, v in times.items()}
@@ -369,18 +402,25 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="timed steps per contender per round (+1 warm-up)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--contenders", nargs="*", default=None, help="only these (and the reference)")
     ap.add_argument(
         "--out", default=None, help="JSON file (default: benchmarks/results/throughput-STUDY.json)"
     )
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
     torch.set_num_threads(args.threads)
     bases = dict(b.split("=", 1) for b in args.base)
     result = {"study": args.study, "threads": args.threads, "steps": args.steps, "rounds": args.rounds,
               "machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__},
+              "device": torch.cuda.get_device_name(0) if on_gpu() else "cpu",
+              "trl": "vLLM colocate" if trl_uses_vllm() else "HF generate (vllm not importable)" if on_gpu() else "HF generate",
               "scales": {}}  # fmt: skip
     for scale in args.scales:
         result["scales"][scale] = {"base": bases.get(scale, "random init"),
-                                   **measure(args.study, scale, bases.get(scale), args.steps, args.rounds)}  # fmt: skip
+                                   **measure(args.study, scale, bases.get(scale), args.steps, args.rounds,
+                                             args.contenders)}  # fmt: skip
     out = Path(args.out or Path(__file__).parent / "results" / f"throughput-{args.study}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

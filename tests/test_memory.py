@@ -123,6 +123,11 @@ def test_check_run_is_skipped_without_cuda(micro_model_dir):
     assert M.check_run(RunConfig(method="sgrpo"), None, spec, spec.defaults, run="r") is None
 
 
+def test_the_readme_table_is_the_estimators():
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    assert M.readme_table() in readme
+
+
 # --------------------------------------------------------------------------- out of memory
 
 
