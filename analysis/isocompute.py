@@ -1,6 +1,6 @@
 r"""IsoCompute (arXiv 2603.12151): the compute frontier of on-policy RL and the optimal allocation.
 
-A budgeted grid (``oxbench.grid``, ``budget:``) trains runs that each spend C_max = B_p · n · M
+A budgeted grid (``oxbench.grid.spec``, ``budget:``) trains runs that each spend C_max = B_p · n · M
 rollouts and record a learning curve (``curve.jsonl``: the validation metrics at cumulative compute
 C). Everything here is a pure function of those curves:
 

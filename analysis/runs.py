@@ -12,12 +12,12 @@ Derived columns:
 * ``online``: ``paradigm == "online"``.
 * ``family``: ``"sft"`` for ``sft``; ``"preference"`` for ``offline``, ``offline_ref_free`` and
   ``unpaired``; ``"online"`` for ``online``.
-* ``arm``: the run's arm as a label (:func:`oxbench.record.arm_label`): the method plus every
+* ``arm``: the run's arm as a label (:func:`oxbench.grid.record.arm_label`): the method plus every
   grid axis that varies other than scale and seed, e.g. ``"sgrpo lr=0.0001"``; just the method when
   nothing else varies (and for records written before arms were recorded). The statistics pool
   the seeds of one (scale, arm), never runs that differ in ``train.lr`` or ``online.n``.
 
-Every record is also validated as an :class:`oxbench.record.RunRecord`, the model its writers use.
+Every record is also validated as an :class:`oxbench.grid.record.RunRecord`, the model its writers use.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from oxbench.record import STATUSES, RunRecord, arm_label
+from oxbench.grid.record import STATUSES, RunRecord, arm_label
 
 FAMILY = {
     "sft": "sft",

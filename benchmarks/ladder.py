@@ -16,10 +16,10 @@ import argparse
 import yaml
 
 from oxbench.eval.evaluate import test_rows
-from oxbench.grid import _set, expand, load_grid
+from oxbench.grid.runner import base_metrics
+from oxbench.grid.spec import _set, expand, load_grid
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.models.pretrain import read_info
-from oxbench.runner import base_metrics
 from oxbench.tasks import chance_accuracy
 
 

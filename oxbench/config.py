@@ -473,7 +473,7 @@ class LmEvalConfig(Strict):
                 raise ValueError(
                     f"task {task!r}: family must be a name other than 'in_domain' (the run's own task)"
                 )
-        from oxbench.eval.lm_eval_tasks import check_bundled
+        from oxbench.tasks.lm_eval_tasks import check_bundled
 
         check_bundled(list(v))
         return v
@@ -561,7 +561,7 @@ class RunConfig(Strict):
     # live tracking (oxbench/tracking.py): where the run's metrics also go; not part of its identity
     track: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = ["tensorboard"]
     # the dotted paths of the grid axes that vary, other than scale, method and seed (set by
-    # oxbench.grid.expand): with scale, method and LoRA they name the cell's arm. Not part of the
+    # oxbench.grid.spec.expand): with scale, method and LoRA they name the cell's arm. Not part of the
     # run_id or the config hash, so the same config keeps its id whichever grid it came from.
     arm_keys: list[str] = []
 

@@ -66,7 +66,7 @@ def vllm_missing() -> str | None:
 
 def cells(grid_path: Path, model: str | None) -> list:
     """The recipe's cells, with ``--model`` as every cell's model when given."""
-    from oxbench.grid import expand, load_grid
+    from oxbench.grid.spec import expand, load_grid
 
     grid = load_grid(grid_path)
     if model:
@@ -76,7 +76,7 @@ def cells(grid_path: Path, model: str | None) -> list:
 
 def run_grid(grid_path: Path, out: Path, model: str | None, deadline: float) -> list[dict]:
     """Every cell in one warm worker, each under :data:`CELL_LIMIT_S`; skipped ones listed with why."""
-    from oxbench import executors
+    from oxbench.grid import executors
 
     todo, skipped, records = cells(grid_path, model), [], []
     reason, start = vllm_missing(), time.time()
@@ -131,7 +131,7 @@ def estimate_gib(rec: dict, shape) -> float | None:
 
 def cell_row(d: Path, shape) -> dict:
     """One cell's line of the summary, from its ``run.json`` and ``metrics.jsonl``."""
-    from oxbench.record import arm_label
+    from oxbench.grid.record import arm_label
 
     rec = json.loads((d / "run.json").read_text())
     c, rows = rec.get("compute") or {}, []

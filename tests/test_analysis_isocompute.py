@@ -160,7 +160,7 @@ def test_at_compute_takes_each_runs_last_point_within_budget():
 
 def test_load_curves_reads_finished_runs_and_names_a_bad_line(tmp_path):
     from oxbench.config import RunConfig
-    from oxbench.record import RunRecord
+    from oxbench.grid.record import RunRecord
 
     cfg = RunConfig(
         method="sgrpo", online={"n": 4, "prompts_per_batch": 2, "rounds": 8}, data={"subset": "hard"}
@@ -186,7 +186,7 @@ def test_load_curves_reads_finished_runs_and_names_a_bad_line(tmp_path):
 def write_synthetic_runs(root, curves: pd.DataFrame) -> None:
     """One finished run record per synthetic run, with its curve.jsonl (and per-problem counts)."""
     from oxbench.config import RunConfig
-    from oxbench.record import RunRecord
+    from oxbench.grid.record import RunRecord
 
     rng = np.random.default_rng(1)
     for run_id, run in curves.groupby("run_id"):

@@ -94,7 +94,7 @@ def test_load_stability_reads_collapse_from_records(tmp_path):
     import json
 
     from oxbench.config import RunConfig
-    from oxbench.record import RunRecord
+    from oxbench.grid.record import RunRecord
 
     for i, (s, collapse) in enumerate(((0, None), (4, {"step": 6, "reason": "reward fell"}))):
         cfg = RunConfig(method="sgrpo", train={"lr": 1e-4}, online={"source": "delayed", "staleness": s})
@@ -118,7 +118,7 @@ def test_report_draws_the_staleness_section(tmp_path, monkeypatch):
 
     from analysis import report
     from oxbench.config import RunConfig
-    from oxbench.record import RunRecord
+    from oxbench.grid.record import RunRecord
 
     monkeypatch.setattr(report._staleness_section, "__defaults__", (10,))
     runs = synthetic_runs(seeds=(0, 1), ss=(0, 1, 4))

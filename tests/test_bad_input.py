@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from test_cli import grid, micro_cell, one_line_error, runner, write
 
-from oxbench.cli import app
+from oxbench_cli import app
 
 
 def plan(path, *extra):
@@ -135,7 +135,7 @@ def test_every_committed_recipe_still_validates():
     """The new bounds and checks reject no grid the project ships."""
     from pathlib import Path
 
-    from oxbench.grid import expand, load_grid
+    from oxbench.grid.spec import expand, load_grid
 
     recipes = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
     assert recipes
@@ -190,8 +190,8 @@ def test_a_plugin_that_shadows_a_built_in_is_an_error(tmp_path, micro_model_dir,
 def test_an_unreadable_record_is_not_finished_and_runs_again(tmp_path, micro_model_dir, content):
     """Resuming meets a binary, string, wrongly typed or truncated run.json: the plan says
     ``corrupt`` and counts the cell to run, instead of a traceback."""
-    from oxbench.grid import expand, load_grid
-    from oxbench.runs import run_dir
+    from oxbench.grid.runs import run_dir
+    from oxbench.grid.spec import expand, load_grid
 
     p = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["sft"], "seed": [0]}))
     (cell,) = expand(load_grid(p), str(p))

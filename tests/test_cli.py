@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from oxbench.cli import app
+from oxbench_cli import app
 
 runner = CliRunner()
 TESTS = Path(__file__).parent
@@ -154,7 +154,7 @@ def test_nan_loss_fails_its_run_and_the_grid_goes_on(tmp_path, micro_model_dir):
         [
             sys.executable,
             "-m",
-            "oxbench.cli",
+            "oxbench_cli",
             "run",
             "--grid",
             str(g),
@@ -185,7 +185,7 @@ def test_nan_loss_fails_its_run_and_the_grid_goes_on(tmp_path, micro_model_dir):
         [
             sys.executable,
             "-m",
-            "oxbench.cli",
+            "oxbench_cli",
             "run",
             "--grid",
             str(g),

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from oxbench import cli
+import oxbench_cli as cli
 
 NASTY = "[rank0]: [/__w/pytorch/pair.cc:537] Connection reset [red]by[/red] [/bold] peer \x1b[31mX\r\x07"
 SHOWN = "[rank0]: [/__w/pytorch/pair.cc:537] Connection reset [red]by[/red] [/bold] peer \\x1b[31mX\\x0d\\x07"
@@ -77,7 +77,7 @@ def test_a_cell_error_full_of_brackets_leaves_the_grid_running(tmp_path, micro_m
     path, out = tmp_path / "g.yaml", tmp_path / "out"
     path.write_text(yaml.safe_dump(grid))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(path), "--out", str(out)]
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(path), "--out", str(out)]
     proc = subprocess.run([*cmd, "--plugin", "bracket_plugin"], env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     recs = {p.parent.name: json.loads(p.read_text()) for p in Path(out).rglob("run.json")}
@@ -87,7 +87,7 @@ def test_a_cell_error_full_of_brackets_leaves_the_grid_running(tmp_path, micro_m
     assert proc.returncode == 1
     assert proc.stderr.count("[/__w/pytorch/pair.cc:537]") >= 2  # the progress line and the failure line
     assert "\x1b" not in proc.stderr and "\\x1b[31mX" in proc.stderr
-    status = subprocess.run([sys.executable, "-m", "oxbench.cli", "status", str(out / "lit")],
+    status = subprocess.run([sys.executable, "-m", "oxbench_cli", "status", str(out / "lit")],
                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert status.returncode == 0, status.stderr
     assert "Traceback" not in status.stderr and "1 failed" in status.stdout

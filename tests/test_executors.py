@@ -34,7 +34,7 @@ def micro_grid(tmp_path, model_dir, seeds=(0, 1)) -> Path:
 
 def oxbench(*args, timeout=600, **kw):
     return subprocess.run(
-        [sys.executable, "-m", "oxbench.cli", *args], capture_output=True, text=True, timeout=timeout, **kw
+        [sys.executable, "-m", "oxbench_cli", *args], capture_output=True, text=True, timeout=timeout, **kw
     )
 
 
@@ -73,7 +73,7 @@ def test_kill_minus_9_then_resume_runs_only_missing_cells(tmp_path, micro_model_
     grid = micro_grid(tmp_path, micro_model_dir, seeds=(0, 1, 2))
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)],
+        [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -110,8 +110,8 @@ def test_small_scales_run_while_a_large_one_is_still_preparing(tmp_path, monkeyp
     """
     import threading
 
-    from oxbench import executors
     from oxbench.config import RunConfig
+    from oxbench.grid import executors
 
     small_cell_ran = threading.Event()
     order = []
@@ -143,7 +143,7 @@ def test_small_scales_run_while_a_large_one_is_still_preparing(tmp_path, monkeyp
 def test_each_cell_gets_its_share_of_the_cores(monkeypatch):
     """Two workers on 2 cores get 1 thread each, whatever OMP_NUM_THREADS the user exported;
     OXBENCH_THREADS overrides; a single worker keeps the user's environment."""
-    from oxbench.executors import _child_env, cell_threads
+    from oxbench.grid.executors import _child_env, cell_threads
 
     monkeypatch.delenv("OXBENCH_THREADS", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
@@ -161,9 +161,9 @@ def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, mo
     """Once a shared key is prepared (here the base evaluation in the cache), the pool starts
     no ``--prepare`` process for it (issue 13: a grid of one 2.7 s cell took 16.3 s); when something it
     made leaves the cache, it prepares again."""
-    from oxbench import executors
     from oxbench.config import RunConfig
-    from oxbench.runner import is_prepared, prepare_shared
+    from oxbench.grid import executors
+    from oxbench.grid.runner import is_prepared, prepare_shared
 
     cfg = RunConfig(
         method="sft",
@@ -191,8 +191,8 @@ def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, mo
 def test_a_lone_preparation_gets_every_core(monkeypatch, tmp_path):
     """One base model to prepare with --workers 2: its preparation runs alone (the cells wait for it),
     so it gets the cores of both slots; two base models share them."""
-    from oxbench import executors
     from oxbench.config import RunConfig
+    from oxbench.grid import executors
 
     shares = []
     monkeypatch.setattr(executors, "_prepare_one", lambda c, out, w: shares.append(w) or (0.0, None))
@@ -260,7 +260,7 @@ def test_ctrl_c_stops_the_grid_within_seconds_and_leaves_it_resumable(tmp_path, 
     grid.write_text(yaml.safe_dump(g))
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out)]
     proc = subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_shell)  # fmt: skip
     deadline = time.time() + 300
@@ -297,7 +297,7 @@ def test_two_runs_of_one_grid_share_the_work(tmp_path, micro_model_dir):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
     def start(out: Path, calls: Path) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+        cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out)]
         return subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env={**env, "SLOW_CALLS": str(calls)},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
@@ -320,7 +320,7 @@ FULL_DISK_PLUGIN = """
 import errno
 import os
 
-from oxbench import executors, runs
+from oxbench.grid import executors, runs
 
 _config_file = executors._config_file
 _log = runs.MetricsLog.__call__

@@ -15,7 +15,7 @@ import losses
 from losses.types import LossInputs
 from oxbench.config import RunConfig
 from oxbench.data import difficulty
-from oxbench.grid import Constraint, GridError, GridFile, expand
+from oxbench.grid.spec import Constraint, GridError, GridFile, expand
 from oxbench.tasks import arith, load_task_split
 
 # ------------------------------------------------------------------------------ learning rate
@@ -81,7 +81,7 @@ def test_gsm8k_validation_split_is_the_end_of_the_train_file(tmp_path):
     val = load_task_split({"name": "gsm8k", "path": str(tmp_path)}, "validation", n=3)
     assert [r["question"] for r in val] == ["q7", "q8", "q9"]
 
-    from oxbench.runner import online_prompts
+    from oxbench.grid.runner import online_prompts
 
     cfg = RunConfig(method="sgrpo", task={"name": "gsm8k", "path": str(tmp_path)},
                     online={"rounds": 1, "n": 2, "prompts_per_batch": 2}, eval={"every": 2, "n_val": 3})  # fmt: skip
@@ -200,7 +200,7 @@ def test_constraint_arithmetic_by_hand():
 def test_cli_one_line_error_for_a_bad_constraint(tmp_path):
     grid = tmp_path / "g.yaml"
     grid.write_text("name: g\nbudget: {rollouts: 64, constraints: ['open(1)']}\nbase: {method: sgrpo}\n")
-    proc = subprocess.run([sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--plan"],
+    proc = subprocess.run([sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--plan"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -268,8 +268,8 @@ def test_an_empty_subset_exits_2_and_a_training_failure_exits_1(tmp_path, monkey
     cell then fails in one line naming the key, and the command exits 2 (bad input), not 1."""
     from typer.testing import CliRunner
 
-    import oxbench.runner
-    from oxbench.cli import app
+    import oxbench.grid.runner
+    from oxbench_cli import app
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("method: sgrpo\ndata: {subset: easy}\n")
@@ -278,7 +278,7 @@ def test_an_empty_subset_exits_2_and_a_training_failure_exits_1(tmp_path, monkey
         ("NonFiniteLoss: nan", 1),
     ):
         monkeypatch.setattr(
-            oxbench.runner,
+            oxbench.grid.runner,
             "run_cell",
             lambda c, out, e=error: {"run_id": "r", "status": "failed", "error": e},
         )
@@ -305,7 +305,7 @@ def test_variants_cross_the_axes_as_bundles():
 
 
 def test_random_reward_is_a_fair_coin_unrelated_to_correctness():
-    from oxbench.runner import random_reward, reward_function
+    from oxbench.grid.runner import random_reward, reward_function
 
     flips = [random_reward(f"answer {i}", "#### 3") for i in range(4000)]
     assert 0.46 < sum(flips) / len(flips) < 0.54

@@ -1,13 +1,14 @@
 """The layers, checked on the source: losses/ -> oxbench/ -> analysis/, no arrow back up.
 
 * ``losses`` imports neither ``oxbench`` nor ``analysis`` (pure functions of log-probs);
-* ``analysis`` reads records only: from ``oxbench`` it imports ``oxbench.record`` and nothing else;
+* ``analysis`` reads records only: from ``oxbench`` it imports ``oxbench.grid.record`` and nothing else;
 * ``oxbench.text`` (prompt format, tokenise and score, generate) is the bottom of ``oxbench``: it
   imports only ``oxbench.utils`` and ``oxbench.device`` (the rank's device, which imports nothing of
   oxbench);
 * ``oxbench.data`` and ``oxbench.eval`` do not import each other;
-* within ``oxbench`` only the CLI (the entry point on top of everything, for ``oxbench report``)
-  imports ``analysis``.
+* no module of ``oxbench`` imports ``analysis`` or the CLI (``oxbench_cli``, on top of both);
+* ``oxbench.config`` imports nothing above it (only ``oxbench.utils``, the task definitions and
+  ``losses``), and nothing below the grid layer imports ``oxbench.grid``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BELOW_GRID = ("text", "tasks", "models", "data", "engine", "eval")  # the layers under oxbench.grid
 
 
 def imports(package: str) -> dict[str, set[str]]:
@@ -42,7 +44,7 @@ def offending(package: str, allowed) -> list[str]:
     ("package", "allowed"),
     [
         ("losses", lambda m: not m.startswith(("oxbench", "analysis"))),
-        ("analysis", lambda m: not m.startswith("oxbench") or m == "oxbench.record"),
+        ("analysis", lambda m: not m.startswith("oxbench") or m in ("oxbench.grid", "oxbench.grid.record")),
         (
             "oxbench.text",
             lambda m: (
@@ -53,15 +55,28 @@ def offending(package: str, allowed) -> list[str]:
         ),
         ("oxbench.data", lambda m: not m.startswith(("oxbench.eval", "analysis"))),
         ("oxbench.eval", lambda m: not m.startswith(("oxbench.data", "oxbench.engine", "analysis"))),
+        ("oxbench", lambda m: not m.startswith(("analysis", "oxbench_cli"))),
+        *((f"oxbench.{p}", lambda m: not m.startswith("oxbench.grid")) for p in BELOW_GRID),
     ],
 )
 def test_no_import_runs_back_up(package, allowed):
     assert offending(package, allowed) == []
 
 
-def test_only_the_cli_imports_analysis():
-    users = [f for f, ms in imports("oxbench").items() if any(m.startswith("analysis") for m in ms)]
-    assert users == [str(Path("oxbench/cli.py"))]
+def test_config_imports_nothing_above_it():
+    below = ("oxbench.utils", "oxbench.tasks", "losses")
+    ms = imports("oxbench")[str(Path("oxbench/config.py"))]
+    assert [
+        m for m in sorted(ms) if m.startswith(("oxbench", "losses", "analysis")) and not m.startswith(below)
+    ] == []
+
+
+def test_the_cli_is_the_only_user_of_analysis():
+    assert any(m.startswith("analysis") for ms in imports("oxbench_cli").values() for m in ms)
+
+
+def test_at_most_eight_modules_at_the_package_root():
+    assert len(list((ROOT / "oxbench").glob("*.py"))) <= 8
 
 
 def test_the_check_sees_an_import():

@@ -9,7 +9,7 @@ import torch
 from conftest import make_micro_model
 
 from oxbench.config import RunConfig
-from oxbench.grid import GridError, validate_cell
+from oxbench.grid.spec import GridError, validate_cell
 from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import collate, token_logps

@@ -14,6 +14,7 @@ from oxbench.engine import distributed as D
 from oxbench.engine import ledger as L
 from oxbench.engine.memory import QWEN25
 from oxbench.engine.trainer import train_online
+from oxbench.grid.estimates import ledger_table
 from oxbench.models.loading import load_model
 
 
@@ -57,4 +58,4 @@ def test_expected_seconds_at_the_stated_rates():
 
 def test_the_readme_table_is_the_ledgers():
     readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    assert L.readme_table() in readme
+    assert ledger_table() in readme

@@ -10,9 +10,9 @@ from analysis.runs import load_runs
 from oxbench.config import RunConfig
 from oxbench.eval import lm_eval_path
 from oxbench.eval.lm_eval_path import check_tasks, lm_eval_metrics, load_arith_hard, load_general, run_lm_eval
-from oxbench.eval.lm_eval_tasks import bundled
 from oxbench.tasks import HARD_EXTRA_OPS
 from oxbench.tasks.arith import working_lines
+from oxbench.tasks.lm_eval_tasks import bundled
 
 GENERAL = {"oxbench_order": "general", "oxbench_next": "general", "oxbench_reverse": "general"}
 
@@ -106,7 +106,7 @@ def test_run_metrics_carry_the_headline_number_chance_and_size(micro):
 
 
 def test_a_run_records_lm_eval_families_for_the_model_and_its_base(tmp_path, micro_model_dir):
-    from oxbench.runner import run_cell
+    from oxbench.grid.runner import run_cell
 
     cfg = RunConfig(grid="fam", method="sft", model={"name": micro_model_dir}, track=[],
                     train={"batch_size": 4, "lr": 1e-3, "max_steps": 2}, data={"n_train": 8},

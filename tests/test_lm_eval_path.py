@@ -22,11 +22,11 @@ from oxbench.eval.lm_eval_path import (
     run_lm_eval,
     summarize_results,
 )
-from oxbench.eval.lm_eval_tasks import bundled
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.tasks.errors import TaskFileNotFoundError
 from oxbench.tasks.grading import is_correct
 from oxbench.tasks.gsm8k import default_gsm8k_dir
+from oxbench.tasks.lm_eval_tasks import bundled
 
 TASK = "oxbench_gsm8k_local"
 GSM8K_TEST = default_gsm8k_dir() / "test.jsonl"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import losses
-from oxbench.executors import DIST_VARS
+from oxbench.grid.executors import DIST_VARS
 from oxbench.losscheck import RULES, check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def oxbench(*args, cwd=None, pythonpath=None):
     env = clean_env()
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "oxbench.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "oxbench_cli", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=600)  # fmt: skip
 
 

@@ -163,7 +163,7 @@ def test_other_errors_are_not_out_of_memory():
 
 
 def test_a_cell_that_runs_out_of_memory_records_the_one_line(micro_model_dir, tmp_path, monkeypatch):
-    from oxbench import runner
+    from oxbench.grid import runner
 
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
@@ -180,7 +180,7 @@ def test_a_cell_that_runs_out_of_memory_records_the_one_line(micro_model_dir, tm
 def test_the_grid_goes_on_after_a_cell_runs_out_of_memory(micro_model_dir, tmp_path, monkeypatch):
     """A plugin loss that raises CUDA's out-of-memory error in one cell of two: that cell's record has the
     one line, the other cell finishes (same warm worker)."""
-    from oxbench import executors
+    from oxbench.grid import executors
 
     plugin = tmp_path / "plugins" / "oom_loss.py"
     plugin.parent.mkdir()

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import losses
 import losses.registry as registry
-from oxbench.cli import app
+from oxbench_cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "oxbench-plugin-example"
@@ -326,7 +326,7 @@ def test_cli_losses_json_is_every_spec_metadata():
 
 def oxbench(*args: str, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "oxbench.cli", *args],
+        [sys.executable, "-m", "oxbench_cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -33,7 +33,7 @@ def _grid(tmp_path, model_dir):
 
 
 def _start(grid, out, env) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out)]
     return subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
@@ -97,7 +97,7 @@ def test_a_preempted_slurm_job_checkpoints_is_requeued_and_resumes(tmp_path, mic
     pytest.importorskip("submitit")
     grid, env = _grid(tmp_path, micro_model_dir)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out),
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out),
            "--plugin", "slow_plugin", "--executor", "slurm", "--slurm-cluster", "local"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
@@ -119,13 +119,13 @@ def test_a_preempted_ray_cell_is_retried_and_resumes(tmp_path, micro_model_dir):
     pytest.importorskip("ray")
     grid, env = _grid(tmp_path, micro_model_dir)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out),
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out),
            "--plugin", "slow_plugin", "--executor", "ray"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and not list(out.glob("ex/*/checkpoints/step-00000002")):
         time.sleep(0.1)
-    os.kill(_process_with(b"oxbench.cell", str(out).encode()), signal.SIGTERM)
+    os.kill(_process_with(b"oxbench.grid.cell", str(out).encode()), signal.SIGTERM)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     (rec,) = records(out).values()

@@ -73,7 +73,7 @@ def _grid(tmp_path: Path, model_dir: str, methods: list[str]) -> Path:
 
 def _start(tmp_path: Path, grid: Path, out: Path, **env) -> subprocess.Popen:
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out), "--nproc", "2"]
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out), "--nproc", "2"]
     return subprocess.Popen([*cmd, "--plugin", "fault_plugin"], env={**os.environ, "PYTHONPATH": path, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 

@@ -214,7 +214,7 @@ def check_cell(rec: dict, run_dir: Path) -> None:
 def test_every_paradigm_trains_the_real_checkpoint_through_one_grid(checkpoint, tmp_path):
     grid = grid_file(tmp_path, checkpoint)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     records = {p.parent: json.loads(p.read_text()) for p in out.rglob("run.json")}
     assert len(records) == len(CELLS), proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from oxbench import runner
 from oxbench.config import RunConfig, format_validation_error
-from oxbench.grid import expand, load_grid
+from oxbench.grid import runner
+from oxbench.grid.record import RunRecord
+from oxbench.grid.spec import expand, load_grid
 from oxbench.models.pretrain import PretrainConfig
-from oxbench.record import RunRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -360,7 +360,7 @@ def test_report_names_a_bad_record_and_goes_on_or_exits_2_when_strict(tmp_path):
     report from the others; ``--strict`` makes it the one-line error (exit 2) and writes nothing."""
     from typer.testing import CliRunner
 
-    from oxbench.cli import app
+    from oxbench_cli import app
 
     for seed in (0, 1):
         write_run(tmp_path, record("dpo", "tiny", seed))

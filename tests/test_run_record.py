@@ -1,4 +1,4 @@
-"""One typed run record (oxbench.record.RunRecord) for every writer and reader; arms; report --baseline."""
+"""One typed run record (oxbench.grid.record.RunRecord) for every writer and reader; arms; report --baseline."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 import analysis
 from analysis.report import write_report
-from oxbench import executors
-from oxbench.cli import app
 from oxbench.config import RunConfig
-from oxbench.grid import GridFile, expand
-from oxbench.record import RunRecord, arm_label
-from oxbench.runs import read_record, run_dir, write_record
+from oxbench.grid import executors
+from oxbench.grid.record import RunRecord, arm_label
+from oxbench.grid.runs import read_record, run_dir, write_record
+from oxbench.grid.spec import GridFile, expand
+from oxbench_cli import app
 
 #: RunConfig().run_id() before ``arm_keys`` existed: adding the field must not move any run id.
 DEFAULT_RUN_ID = "tiny-xs-sft-s0-4a932bca3c"
@@ -95,7 +95,7 @@ def test_arm_label():
 
 def test_runner_writes_a_run_record_with_its_arm(tmp_path):
     """A cell that fails at once (an unknown loss) still writes a whole, valid record."""
-    from oxbench.runner import run_cell
+    from oxbench.grid.runner import run_cell
 
     cfg = RunConfig(grid="g", method="no-such-loss", arm_keys=["train.lr"])
     rec = run_cell(cfg, tmp_path, verbose=False)

@@ -14,12 +14,12 @@ import torch
 from peft import LoraConfig, get_peft_model
 from test_cli import one_line_error, runner, write
 
-from oxbench.cli import app
 from oxbench.config import RunConfig
-from oxbench.grid import GridError, validate_cell
+from oxbench.grid.spec import GridError, validate_cell
 from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import collate, logps_from_output, shared_prompt_forward
+from oxbench_cli import app
 
 
 def model(scale: str = "tiny-s"):

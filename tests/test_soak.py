@@ -52,7 +52,7 @@ def test_kill_9_soak_loses_nothing_and_repeats_nothing(tmp_path, micro_model_dir
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
     def start(out):
-        cmd = [sys.executable, "-m", "oxbench.cli", "run", "--grid", str(grid), "--out", str(out)]
+        cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out)]
         return subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 

@@ -67,7 +67,7 @@ def test_source_bad_input():
         RunConfig(method="sgrpo", online={"staleness": 2})
     with pytest.raises(ValidationError, match="leave sync_every at 1"):
         RunConfig(method="sgrpo", online={"source": "delayed", "staleness": 2, "sync_every": 4})
-    from oxbench.grid import GridError, validate_cell
+    from oxbench.grid.spec import GridError, validate_cell
 
     with pytest.raises(GridError, match="online.source"):
         validate_cell(RunConfig(method="spin", online={"source": "delayed", "staleness": 1}), "g")

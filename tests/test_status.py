@@ -10,7 +10,7 @@ from test_analysis_runs import record, write_run
 from test_cli import grid, write
 from typer.testing import CliRunner
 
-from oxbench.cli import app
+from oxbench_cli import app
 
 
 def test_status_shows_each_cell_where_it_is_and_the_partial_leaderboard(tmp_path):

@@ -191,7 +191,7 @@ def test_grad_norm_matches_torch_clip_grad_norm(micro_model_dir):
 def test_cli_writes_to_git_ignored_runs_by_default():
     from typer.testing import CliRunner
 
-    from oxbench.cli import app
+    from oxbench_cli import app
 
     help_text = CliRunner().invoke(app, ["run", "--help"]).output
     assert "runs/" in help_text
@@ -221,7 +221,7 @@ def test_bad_testbed_knobs_are_one_line_errors_before_any_work(tmp_path, over, n
     import yaml
     from typer.testing import CliRunner
 
-    from oxbench.cli import app
+    from oxbench_cli import app
 
     grid = {"name": "g", "base": {"model": {"name": "tiny-xs"}, **over}, "axes": {"method": ["sft"]}}
     path = tmp_path / "g.yaml"
@@ -239,7 +239,7 @@ def test_online_micro_batch_that_does_not_divide_the_round_is_a_plan_time_error(
     import yaml
     from typer.testing import CliRunner
 
-    from oxbench.cli import app
+    from oxbench_cli import app
 
     base = {"model": {"name": "tiny-xs"}, "train": {"batch_size": 6}, "online": {"prompts_per_batch": 16}}
     path = tmp_path / "g.yaml"

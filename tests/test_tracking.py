@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from oxbench.config import RunConfig
-from oxbench.runner import run_cell
-from oxbench.runs import run_dir
+from oxbench.grid.runner import run_cell
+from oxbench.grid.runs import run_dir
 from oxbench.tracking import Tracker
 
 pytestmark = pytest.mark.slow
@@ -160,7 +160,7 @@ def test_the_grid_warns_once_at_start_up_about_a_missing_package(tmp_path, micro
 
     from test_cli import grid, write
 
-    from oxbench.cli import app
+    from oxbench_cli import app
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "trackio" else real(n, *a))
@@ -174,7 +174,7 @@ def test_the_grid_warns_once_at_start_up_about_a_missing_package(tmp_path, micro
 def test_an_unknown_backend_is_a_one_line_error(tmp_path, micro_model_dir):
     from test_cli import grid, one_line_error, write
 
-    from oxbench.cli import app
+    from oxbench_cli import app
 
     g = grid(micro_model_dir)
     g["base"]["track"] = ["tensorbord"]

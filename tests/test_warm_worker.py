@@ -10,8 +10,8 @@ import textwrap
 from pathlib import Path
 
 import losses
-from oxbench import executors
 from oxbench.config import RunConfig
+from oxbench.grid import executors
 
 TIMING = ("elapsed", "seconds", "gen_seconds", "train_seconds", "cum_gen_seconds", "cum_train_seconds")
 

@@ -2,7 +2,7 @@
 
 ``evaluate_with_lm_eval(model, tokenizer, tasks)`` wraps the model, as it is in memory
 (no save/reload), in ``lm_eval.models.huggingface.HFLM``, builds a
-``lm_eval.tasks.TaskManager`` over oxbench's bundled task YAMLs (``lm_eval_tasks/``) plus
+``lm_eval.tasks.TaskManager`` over oxbench's bundled task YAMLs (``oxbench/tasks/lm_eval_tasks/``) plus
 an optional ``task_dir`` of the caller's, runs ``lm_eval.simple_evaluate`` and returns
 ``{task: {"metric,filter": value}}``, lm-eval's own keys, e.g.
 ``{"oxbench_gsm8k_local": {"exact_match,strict-match": 0.41, "exact_match,flexible-extract": 0.44, ...}}``.
@@ -32,8 +32,9 @@ import datasets
 
 from oxbench.tasks.errors import TaskFileNotFoundError
 from oxbench.tasks.gsm8k import default_gsm8k_dir, load_gsm8k
+from oxbench.tasks.lm_eval_tasks import DIR as BUNDLED_DIR
 
-TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
+TASKS_DIR = BUNDLED_DIR
 GSM8K_FILE_ENV = "OXBENCH_GSM8K_FILE"
 DEFAULT_GSM8K_FILE = default_gsm8k_dir() / "test.jsonl"
 
@@ -209,8 +210,8 @@ def _hook_metadata(task: dict) -> dict | None:
 def task_chance(name: str, task: dict, n: int) -> float | None:
     """The accuracy of guessing on lm-eval task ``name``: a bundled YAML's ``chance``, the training answers'
     distribution for ``oxbench_arith_hard`` (as for the run's own task), ``None`` for lm-eval's own tasks."""
-    from oxbench.eval.lm_eval_tasks import bundled
     from oxbench.tasks import chance_accuracy, hard_task, load_task_split
+    from oxbench.tasks.lm_eval_tasks import bundled
 
     if name == "oxbench_arith_hard" and task["name"] == "arith":
         hard = hard_task(task)
@@ -254,7 +255,7 @@ def check_tasks(tasks: tuple[str, ...]) -> None:
     index of lm-eval's own tasks, ~15 s, is only read when a task is not bundled)."""
     import difflib
 
-    from oxbench.eval.lm_eval_tasks import bundled, check_bundled
+    from oxbench.tasks.lm_eval_tasks import bundled, check_bundled
 
     check_bundled(list(tasks))
     if all(t in bundled() for t in tasks):

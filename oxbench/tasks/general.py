@@ -4,7 +4,7 @@ and a generative task), so a post-training study can measure what a method does 
 The tiny models know nothing but what their pre-training shows them, so a general-domain
 benchmark only measures something if pre-training gave them the skill. ``model.pretrain.mixture``
 mixes these families' *train* split into pre-training; the evaluation reads their *test* split
-through lm-eval (``oxbench/eval/lm_eval_tasks/oxbench_{order,next,reverse}.yaml``). Post-training
+through lm-eval (``oxbench/tasks/lm_eval_tasks/oxbench_{order,next,reverse}.yaml``). Post-training
 trains on ``arith`` only, so these scores measure transfer and forgetting, as MMLU or ARC do after
 GSM8K post-training.
 

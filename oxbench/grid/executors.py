@@ -6,7 +6,7 @@
 * ``slurm``: one submitit job per cell (``cluster="local"`` runs them on this machine, for tests); a
   pre-empted or timed-out job checkpoints its cell and is requeued, and resumes from the checkpoint.
 
-Every executor launches the same command, ``python -m oxbench.cell CONFIG.json OUT``, whose
+Every executor launches the same command, ``python -m oxbench.grid.cell CONFIG.json OUT``, whose
 process holds an exclusive lock on the run directory while it runs and dies with its parent.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from oxbench.config import RunConfig
-from oxbench.record import RunRecord
-from oxbench.runs import LOCKED_EXIT, read_record, run_dir, write_record
+from oxbench.grid.record import RunRecord
+from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir, write_record
 from oxbench.utils import content_hash, die_with_parent
 
 
@@ -48,11 +48,11 @@ def cell_command(cfg_file: Path, out: Path, nproc: int = 1) -> list[str]:
             "--standalone",
             f"--nproc_per_node={nproc}",
             "-m",
-            "oxbench.cell",
+            "oxbench.grid.cell",
             str(cfg_file),
             str(out),
         ]
-    return [sys.executable, "-m", "oxbench.cell", str(cfg_file), str(out)]
+    return [sys.executable, "-m", "oxbench.grid.cell", str(cfg_file), str(out)]
 
 
 def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) -> dict:
@@ -122,7 +122,7 @@ def _outcome(cfg: RunConfig, out: Path, why: str) -> dict:
 
 
 class WarmWorker:
-    """A long-lived ``python -m oxbench.worker`` process that runs one cell at a time (imports paid once).
+    """A long-lived ``python -m oxbench.grid.worker`` process that runs one cell at a time (imports paid once).
 
     A worker that dies mid-cell (killed, out of memory, a segfault) has its cell recorded as failed and
     is started afresh for the next cell; one that has run ``max_cells`` cells, or whose memory has grown
@@ -137,7 +137,7 @@ class WarmWorker:
     def _start(self) -> subprocess.Popen:
         self.cells, self.first_rss = 0, None
         return subprocess.Popen(
-            [sys.executable, "-m", "oxbench.worker"],
+            [sys.executable, "-m", "oxbench.grid.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -238,7 +238,7 @@ def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | No
         # its progress lines (pre-training, self-play, base evaluation, each with an ETA) stream
         # through to the user; the last line is kept as the error if it fails
         with subprocess.Popen(
-            [sys.executable, "-m", "oxbench.cell", "--prepare", str(cfg_file)],
+            [sys.executable, "-m", "oxbench.grid.cell", "--prepare", str(cfg_file)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -259,7 +259,7 @@ def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | No
 def _shared_groups(cells: list[RunConfig]) -> dict[str, list[RunConfig]]:
     """One representative cell per distinct shared key, grouped by base model (file order): a
     group's keys run in order (pre-training, then the self-play data that needs it)."""
-    from oxbench.runner import shared_key
+    from oxbench.grid.runner import shared_key
 
     reps: dict[str, RunConfig] = {}
     for c in cells:
@@ -314,7 +314,7 @@ def run_local(
         by_model.setdefault(c.model.name, []).append(c)
 
     def prepare(group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
-        from oxbench.runner import is_prepared
+        from oxbench.grid.runner import is_prepared
 
         # preparations run side by side only with each other (cells wait for theirs): share the cores
         # among them (a lone base model pre-trains on every core; its weights are the same either way)

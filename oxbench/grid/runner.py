@@ -26,9 +26,9 @@ from oxbench.engine.curves import Curve
 from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
+from oxbench.grid.record import RunRecord, arm_label
+from oxbench.grid.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.models.loading import base_model_path, count_parameters, load_model
-from oxbench.record import RunRecord, arm_label
-from oxbench.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.tasks import load_task_split
 from oxbench.tasks.grading import is_correct
 from oxbench.tracking import Tracker

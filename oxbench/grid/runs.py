@@ -1,6 +1,6 @@
 """Self-describing run records: ``<out>/<grid>/<run_id>/run.json`` plus ``metrics.jsonl``.
 
-A record is a :class:`oxbench.record.RunRecord`, written atomically (temp file + rename). A run
+A record is a :class:`oxbench.grid.record.RunRecord`, written atomically (temp file + rename). A run
 directory whose ``run.json`` says ``finished`` is complete; anything else (no record, ``running``,
 ``failed``) is re-run by the grid.
 """
@@ -13,7 +13,7 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from oxbench.record import RunRecord
+from oxbench.grid.record import RunRecord
 from oxbench.utils import write_json_atomic, write_jsonl_atomic
 
 PACKAGES = (
@@ -38,7 +38,7 @@ def run_dir(out: Path, grid: str, run_id: str) -> Path:
     return Path(out) / grid / run_id
 
 
-LOCKED_EXIT = 3  # a cell process's exit code when another process holds its run's lock (oxbench.cell)
+LOCKED_EXIT = 3  # a cell process's exit code when another process holds its run's lock (oxbench.grid.cell)
 
 
 def read_record(path: Path) -> dict | None:

@@ -1,13 +1,13 @@
-"""``python -m oxbench.worker``: a warm worker that imports torch, transformers and DeepSpeed once and
+"""``python -m oxbench.grid.worker``: a warm worker that imports torch, transformers and DeepSpeed once and
 then runs cell after cell (the local pool's default for single-process cells).
 
 Protocol: one JSON job per line on stdin, ``{"config": CONFIG.json, "out": OUT, "log": LOG}``; one JSON
 line back per job on the original stdout, ``{"status": ..., "rss_mb": ...}``. While a cell runs, file
 descriptors 1 and 2 point at its ``LOG`` (its ``train.log``, C-level output included), exactly as a
 cell process would write it. A cell holds the same exclusive lock on its run directory as
-``python -m oxbench.cell``. The worker keeps its process group (world size 1) between cells.
+``python -m oxbench.grid.cell``. The worker keeps its process group (world size 1) between cells.
 
-Isolation is the pool's job (:class:`oxbench.executors.WarmWorker`): a worker that dies takes only its
+Isolation is the pool's job (:class:`oxbench.grid.executors.WarmWorker`): a worker that dies takes only its
 current cell with it (recorded as failed) and is replaced; one whose memory grows is retired.
 """
 
@@ -27,8 +27,8 @@ def _rss_mb() -> float:
 
 
 def run_job(job: dict) -> dict:
-    from oxbench.cell import run_locked
     from oxbench.config import RunConfig
+    from oxbench.grid.cell import run_locked
 
     rec = run_locked(RunConfig(**json.loads(Path(job["config"]).read_text())), Path(job["out"]))
     return {"status": "locked" if rec is None else rec["status"]}
@@ -38,7 +38,7 @@ def _redirected(log: str, job: dict) -> dict:
     """Run ``job`` with fds 1 and 2 sent to ``log``; restore them after."""
     saved = os.dup(1), os.dup(2)
     sys.stdout.flush(), sys.stderr.flush()
-    with open(log, "a") as f:  # the cell truncates it once it holds the run's lock (oxbench.cell)
+    with open(log, "a") as f:  # the cell truncates it once it holds the run's lock (oxbench.grid.cell)
         os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
         try:
             return run_job(job)
@@ -54,8 +54,8 @@ def main() -> int:
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     from oxbench.engine import distributed as D
+    from oxbench.grid.runner import run_cell  # noqa: F401  (import the engine once, before the first job)
     from oxbench.plugins import load_env_plugins
-    from oxbench.runner import run_cell  # noqa: F401  (import the engine once, before the first job)
 
     load_env_plugins()
     D.init_distributed()

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from oxbench.grid import GridError, expand, load_grid, load_run_config
-from oxbench.record import arm_label
-from oxbench.runs import read_record, run_dir
+from oxbench.grid.record import arm_label
+from oxbench.grid.runs import read_record, run_dir
+from oxbench.grid.spec import GridError, expand, load_grid, load_run_config
 
 # Heavy libraries (torch through the loss registry, transformers, the engine) are imported where a
 # command needs them, so --help and a bad grid file answer before torch has loaded.
@@ -335,7 +335,7 @@ def _check_run_options(executor: str, workers: int, nproc: int, out: Path) -> No
 def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from oxbench import executors
+    from oxbench.grid import executors
     from oxbench.utils import progress_status
 
     t0 = time.monotonic()
@@ -365,7 +365,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
         if executor == "local":
 
             def on_prepared(cfg, seconds, err):
-                from oxbench.runner import shared_label
+                from oxbench.grid.runner import shared_label
 
                 if err:  # the cells that need it fail with the full error; keep going
                     bar.console.print(tagged("warning", "yellow", err))
@@ -384,7 +384,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
 
 
 def _run_single(config: Path, out: Path, plan: bool) -> None:
-    from oxbench.runner import run_cell
+    from oxbench.grid.runner import run_cell
 
     try:
         cfg = load_run_config(config)

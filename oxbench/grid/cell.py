@@ -1,6 +1,6 @@
-"""``python -m oxbench.cell CONFIG.json OUT``: run one cell (what every executor launches).
+"""``python -m oxbench.grid.cell CONFIG.json OUT``: run one cell (what every executor launches).
 
-``python -m oxbench.cell --prepare CONFIG.json``: only pre-train its base model and make its
+``python -m oxbench.grid.cell --prepare CONFIG.json``: only pre-train its base model and make its
 self-play data (the grid does this once per shared key before running cells).
 
 Holds an exclusive lock on the run directory, so a cell never runs twice at once; exits
@@ -18,15 +18,15 @@ from pathlib import Path
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import signals_handled
+from oxbench.grid.runner import run_cell
+from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir
 from oxbench.plugins import load_env_plugins
-from oxbench.runner import run_cell
-from oxbench.runs import LOCKED_EXIT, read_record, run_dir
 
 
 def main(argv: list[str]) -> int:
     load_env_plugins()
     if argv[0] == "--prepare":
-        from oxbench.runner import prepare_shared
+        from oxbench.grid.runner import prepare_shared
 
         prepare_shared(RunConfig(**json.loads(Path(argv[1]).read_text())), verbose=True)
         return 0

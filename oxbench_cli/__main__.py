@@ -1,0 +1,5 @@
+"""``python -m oxbench_cli``: the ``oxbench`` command."""
+
+from oxbench_cli import app
+
+app()
