@@ -1,5 +1,5 @@
 """A cell's compute ledger from its config (oxbench/engine/ledger.py): the counts a real run records, as
-upper bounds, and the expected time on GPUs that the README's table gives."""
+upper bounds, and the expected time on GPUs that the table in docs/gpus.md gives."""
 
 from __future__ import annotations
 
@@ -56,6 +56,6 @@ def test_expected_seconds_at_the_stated_rates():
     assert floor["gen_s"] == pytest.approx(500 / 256 * 0.010)  # a small model's step is launch-bound
 
 
-def test_the_readme_table_is_the_ledgers():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    assert ledger_table() in readme
+def test_the_docs_table_is_the_ledgers():
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpus.md"), encoding="utf-8").read()
+    assert ledger_table() in docs, "docs/gpus.md: paste `python -m oxbench.grid.estimates`'s second table"

@@ -123,9 +123,9 @@ def test_check_run_is_skipped_without_cuda(micro_model_dir):
     assert M.check_run(RunConfig(method="sgrpo"), None, spec, spec.defaults, run="r") is None
 
 
-def test_the_readme_table_is_the_estimators():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    assert M.readme_table() in readme
+def test_the_docs_table_is_the_estimators():
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpus.md"), encoding="utf-8").read()
+    assert M.readme_table() in docs, "docs/gpus.md: paste `python -m oxbench.engine.memory`'s table"
 
 
 # --------------------------------------------------------------------------- out of memory
