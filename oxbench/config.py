@@ -626,12 +626,8 @@ class RunConfig(Strict):
     def run_id(self) -> str:
         """``<scale>-<method>-s<seed>-<hash>``; the hash covers the resolved config and the loss's
         ``version``, so a change in a loss's maths re-runs its cells."""
-        import losses
-
-        try:
-            version = losses.get(self.method).version
-        except losses.LossError:
-            version = None
+        spec = _spec(self.method)
+        version = spec.version if spec is not None else None
         digest = content_hash({"config": self.identity(), "loss_version": version}, 10)
         return f"{self.model.name.replace('/', '_')}-{self.method}-s{self.seed}-{digest}"
 
@@ -690,12 +686,17 @@ def micro_batches_per_rank(prompts_per_batch: int, batch_size: int, world: int, 
     return per_rank // micro
 
 
-def _is_online(method: str) -> bool | None:
-    """Whether ``method`` trains on experience from the policy (None: not a known loss)."""
+def _spec(method: str):
+    """The registered spec of ``method``, or None (the grid's plan names an unknown method)."""
     import losses
 
     try:
-        spec = losses.get(method)
+        return losses.get(method)
     except losses.LossError:
         return None
-    return spec.data == "online" or spec.generates_own_pairs
+
+
+def _is_online(method: str) -> bool | None:
+    """Whether ``method`` trains on experience from the policy (None: not a known loss)."""
+    spec = _spec(method)
+    return None if spec is None else spec.trains_online

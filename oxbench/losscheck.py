@@ -194,6 +194,7 @@ def rule_capabilities(spec: LossSpec) -> str | None:
 def rule_trains(spec: LossSpec) -> str | None:
     from oxbench.config import RunConfig
     from oxbench.engine import distributed as D
+    from oxbench.engine.plan import Capabilities
     from oxbench.engine.trainer import train_offline, train_online
     from oxbench.models.tiny import build_tiny
     from oxbench.models.tokenizer import build_char_tokenizer
@@ -208,7 +209,7 @@ def rule_trains(spec: LossSpec) -> str | None:
                     online={"n": 4, "prompts_per_batch": 2, "rounds": 3, "max_new_tokens": 12})  # fmt: skip
     before = [p.detach().clone() for p in model.parameters()]
     probs = arith.generate("train", 16, seed=0, max_operand=9)
-    if spec.data == "online" or spec.generates_own_pairs:
+    if Capabilities.of(spec, spec.resolve_hparams()).online:
         engine, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, probs, run=spec.name,
                                    reward_fn=lambda completion, answer: float(len(completion) % 2))  # fmt: skip
     else:
@@ -255,7 +256,9 @@ def check(spec: LossSpec, rules=tuple(RULES)) -> list[str]:
 def load_spec(target: str) -> LossSpec:
     """A spec from ``MODULE:ATTR`` (imported like a plugin) or a registered name."""
     if ":" not in target:
-        return losses.get(target)
+        from oxbench.engine.plan import lookup
+
+        return lookup(target)
     import importlib
 
     module, _, attr = target.partition(":")

@@ -37,8 +37,10 @@ def load_plugins(modules: list[str]) -> list[str]:
 def _installed(spec: losses.LossSpec) -> bool:
     if spec.name not in losses.names():
         return False
+    from oxbench.engine.plan import lookup
+
     try:
-        return losses.get(spec.name) is spec
+        return lookup(spec.name) is spec
     except losses.LossError:
         return False
 

@@ -87,7 +87,6 @@ def _estimate_seconds(cfg) -> float:
     160 s). Shared pre-training and self-play are not included. GPU runs are far faster."""
     import re
 
-    import losses
     from oxbench.models.tiny import LADDER
 
     if cfg.model.name in LADDER:
@@ -97,9 +96,11 @@ def _estimate_seconds(cfg) -> float:
         m = re.search(r"(\d+(?:\.\d+)?)[bB]", cfg.model.name)
         params = float(m.group(1)) * 1e9 if m else 1e9
     seq = 130 if cfg.task.name == "arith" else 400
-    spec = losses.get(cfg.method)
+    from oxbench.engine.plan import resolve
+
+    spec = (plan := resolve(cfg)).spec
     o = cfg.online
-    if spec.data == "online" or spec.generates_own_pairs:
+    if plan.caps.online:
         train_tokens = o.prompts_per_batch * o.n * o.rounds * o.inner_epochs * seq
         gen_tokens = o.prompts_per_batch * o.n * o.rounds * o.max_new_tokens
     else:
@@ -116,10 +117,9 @@ def _estimate_seconds(cfg) -> float:
 
 
 def _online_cell(cfg) -> bool:
-    import losses
+    from oxbench.engine.plan import resolve
 
-    spec = losses.get(cfg.method)
-    return spec.data == "online" or spec.generates_own_pairs
+    return resolve(cfg).caps.online
 
 
 def print_plan(cells, out: Path) -> dict:

@@ -119,8 +119,9 @@ def test_setup_for_run_reads_the_run_config():
 def test_check_run_is_skipped_without_cuda(micro_model_dir):
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine checks for real")
-    spec = losses.get("sgrpo")
-    assert M.check_run(RunConfig(method="sgrpo"), None, spec, spec.defaults, run="r") is None
+    from oxbench.engine.plan import resolve
+
+    assert M.check_run(resolve(RunConfig(method="sgrpo")), None, run="r") is None
 
 
 def test_the_docs_table_is_the_estimators():

@@ -252,16 +252,18 @@ def gpu_bytes() -> int | None:
     return int(torch.cuda.mem_get_info()[1])
 
 
-def check_run(cfg, model, spec, hparams, *, run: str, world: int = 1) -> MemoryEstimate | None:
-    """:func:`preflight` for a run about to train ``model`` (skipped without CUDA): raises before training
-    when the run cannot fit. The estimate on a GPU, else None."""
+def check_run(plan, model, *, run: str) -> MemoryEstimate | None:
+    """:func:`preflight` for a run (its :class:`~oxbench.engine.plan.RunPlan`) about to train ``model``
+    (skipped without CUDA): raises before training when the run cannot fit. The estimate on a GPU, else
+    None."""
     total = gpu_bytes()
     if total is None:
         return None
-    online = spec.data == "online" or spec.generates_own_pairs
+    online = plan.caps.online
     shape = ModelShape.from_config(getattr(model, "lm", model).config)
-    setup = setup_for_run(cfg, shape.vocab, online=online, pairs=spec.data == "pairs", world=world, gpu_bytes=total,
-                          reference=online and spec.uses_reference(hparams))  # fmt: skip
+    setup = setup_for_run(plan.cfg, shape.vocab, online=online, pairs=plan.spec.data == "pairs",
+                          world=plan.world_size, gpu_bytes=total,
+                          reference=online and plan.caps.reference == "live")  # fmt: skip
     return preflight(shape, setup, run=run, gpu_bytes=total)
 
 

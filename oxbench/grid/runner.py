@@ -13,17 +13,18 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-import losses
 from oxbench.config import RunConfig
 from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import Checkpointer, Preempted
 from oxbench.engine.curves import Curve
 from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
+from oxbench.engine.plan import RunPlan, resolve
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.grid.record import RunRecord, arm_label
@@ -45,33 +46,24 @@ def _on_main_first(fn):
     return fn()
 
 
-def needs_self_play(spec) -> bool:
-    return spec.data in ("pairs", "unpaired") or (spec.data == "sft" and spec.sft_source == "self_play")
-
-
 def shared_key(cfg: RunConfig) -> str:
     """What a cell shares with other cells: its base model and (if any) its self-play data."""
-    spec = losses.get(cfg.method)
+    caps = resolve(cfg).caps
     parts = {
         "model": cfg.model.name,
         "pretrain": cfg.model.pretrain.hash_view(),
         "task": cfg.task.hash_view(),
     }
-    if needs_self_play(spec) and not spec.generates_own_pairs:
+    if caps.self_play_data:
         parts |= {"data": cfg.data.hash_view(), "sampling": cfg.seeds()["sampling"]}
-    if cfg.data.subset is not None and is_online(spec):  # every subset of one pool shares its measurement
+    if cfg.data.subset is not None and caps.online:  # every subset of one pool shares its measurement
         parts |= {"difficulty": difficulty.settings(cfg)}
     return content_hash(parts)
 
 
-def is_online(spec) -> bool:
-    return spec.data == "online" or spec.generates_own_pairs
-
-
 def shared_label(cfg: RunConfig) -> str:
     """What :func:`shared_key` stands for, in words, for progress lines."""
-    spec = losses.get(cfg.method)
-    if needs_self_play(spec) and not spec.generates_own_pairs:
+    if resolve(cfg).caps.self_play_data:
         return f"{cfg.model.name}: base model + self-play data (sampling seed {cfg.seeds()['sampling']})"
     return f"{cfg.model.name}: base model"
 
@@ -124,15 +116,15 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
     The grid runs this once per distinct :func:`shared_key` before its cells, so parallel
     cells never duplicate (or race on) the shared work.
     """
-    spec = losses.get(cfg.method)
+    plan = resolve(cfg)
     base_path, base_key = base_model_path(cfg, verbose=verbose)
     base_metrics(cfg, base_path, base_key)
     made = [_base_eval_path(cfg, base_key)] + ([Path(base_path)] if Path(base_path).is_dir() else [])
-    if needs_self_play(spec) and not spec.generates_own_pairs:
+    if plan.caps.self_play_data:
         model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
-        _, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
+        _, stats = prepare_data(plan, model, tok, base_key, verbose=verbose)
         made.append(pipeline.self_play_path(stats["self_play_key"]))
-    if cfg.data.subset is not None and is_online(spec):
+    if cfg.data.subset is not None and plan.caps.online:
         model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
         difficulty.measure(
             model, tok, online_prompts(cfg) + validation_pool(cfg), cfg, base_key, verbose=verbose
@@ -157,11 +149,10 @@ def is_prepared(cfg: RunConfig) -> bool:
     return all(Path(p).exists() for p in paths)
 
 
-def prepare_data(
-    cfg: RunConfig, spec, model, tok, base_key: dict, *, verbose: bool
-) -> tuple[list[dict], dict]:
+def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) -> tuple[list[dict], dict]:
     """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
-    if is_online(spec):  # prompts from the whole train split (or its subset by difficulty)
+    cfg = plan.cfg
+    if plan.caps.online:  # prompts from the whole train split (or its subset by difficulty)
         prompts = online_prompts(cfg)
         if cfg.data.subset is None:
             return prompts, {"prompts": len(prompts)}
@@ -171,7 +162,7 @@ def prepare_data(
         return chosen, {"prompts": len(chosen), "pool": len(prompts), "subset": cfg.data.subset,
                         "pool_correct_histogram": hist}  # fmt: skip
     train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
-    if not needs_self_play(spec):
+    if not plan.caps.self_play_data:
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
     d = cfg.data
     sp = _on_main_first(
@@ -191,10 +182,8 @@ def prepare_data(
     stats["self_play_key"] = sp["key"]
     if not pairs:
         raise RuntimeError(f"self-play gave no preference pairs ({stats['prompts']} prompts, all tied)")
-    rows = {"sft": pipeline.rft_rows, "pairs": lambda p: p, "unpaired": pipeline.unpaired_rows}[spec.data](
-        pairs
-    )
-    return rows, stats
+    rows = {"sft": pipeline.rft_rows, "pairs": lambda p: p, "unpaired": pipeline.unpaired_rows}
+    return rows[plan.spec.data](pairs), stats
 
 
 VALIDATION_POOL = 10  # with data.subset: validation candidates per validation problem kept
@@ -265,112 +254,123 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
-    """Train and evaluate one configuration; returns its record (``status`` finished or failed)."""
-    run_id = cfg.run_id()
-    d = run_dir(out, cfg.grid, run_id)
-    seeds = cfg.seeds()
-    record = RunRecord(
-        run_id=run_id,
-        grid=cfg.grid,
-        status="running",
-        scale=cfg.model.name,
-        method=cfg.method,
-        seed=cfg.seed,
-        lora=cfg.model.lora.enabled,
-        arm=cfg.arm(),
-        seeds=seeds,
-        config=cfg.model_dump(),
-        config_hash=content_hash(cfg.identity()),
-        git_sha=git_sha(),
-        packages=packages(),
-    )
-    t0 = time.time()
-    tracker = Tracker()  # none until the run starts training
+    """Train and evaluate one configuration; returns its record (``status`` finished, preempted or
+    failed: a failure is recorded with its one-line cause, never swallowed)."""
+    cell = _Cell(cfg, run_dir(out, cfg.grid, cfg.run_id()), _new_record(cfg), verbose)
     D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
-    record.world_size = D.world_size()
+    cell.record.world_size = D.world_size()
     if D.is_main():
-        write_record(d, record)
+        write_record(cell.dir, cell.record)
     try:
-        spec = losses.get(cfg.method)
-        hparams = spec.resolve_hparams(cfg.loss)
-        record.paradigm = spec.paradigm
-        record.data_kind = spec.data
-        record.loss_version = spec.version
-        record.loss_hparams = hparams
-        record.loss_paper = spec.paper
-        base_path, base_key = _on_main_first(lambda: base_model_path(cfg, verbose=verbose and D.is_main()))
-        model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
-        record.scale_params = count_parameters(model)
-        check_run(cfg, model, spec, hparams, run=run_id, world=D.world_size())  # one line if it cannot fit
-        t_data = time.time()
-        rows, stats = prepare_data(cfg, spec, model, tok, base_key, verbose=verbose)
-        record.data = stats
-        t_train = time.time()
-        torch.manual_seed(seeds["init"])
-        if D.is_main():
-            tracker = _tracker(cfg, d)
-        log = MetricsLog(d / "metrics.jsonl", tracker) if D.is_main() else None
-        train = train_online if (spec.data == "online" or spec.generates_own_pairs) else train_offline
-        kwargs = (
-            {}
-            if train is train_online
-            else {"ref_key": {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}}
+        cell.run(resolve(cfg, D.world_size()))
+    except Preempted as exc:  # a signal: the latest checkpoint (if any) holds the run; a rerun resumes it
+        cell.end("preempted", f"Preempted: {exc}")
+    except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
+        cell.end("failed", _with_peer_cause(oom_line(exc, cfg.run_id(), cfg) or _one_line(exc)))
+        cell.record.traceback = traceback.format_exc(limit=20)
+    return cell.close()
+
+
+def _new_record(cfg: RunConfig) -> RunRecord:
+    return RunRecord(run_id=cfg.run_id(), grid=cfg.grid, status="running", scale=cfg.model.name,
+                     method=cfg.method, seed=cfg.seed, lora=cfg.model.lora.enabled, arm=cfg.arm(),
+                     seeds=cfg.seeds(), config=cfg.model_dump(), config_hash=content_hash(cfg.identity()),
+                     git_sha=git_sha(), packages=packages())  # fmt: skip
+
+
+@dataclass
+class _Cell:
+    """One cell's run: its record, filled in as it trains and evaluates, and its tracker."""
+
+    cfg: RunConfig
+    dir: Path
+    record: RunRecord
+    verbose: bool
+    tracker: Tracker = field(default_factory=Tracker)  # none until the run starts training
+    t0: float = field(default_factory=time.time)
+
+    def run(self, plan: RunPlan) -> None:
+        cfg, rec, seeds = self.cfg, self.record, plan.seeds
+        spec = plan.spec
+        rec.paradigm, rec.data_kind, rec.loss_version = spec.paradigm, spec.data, spec.version
+        rec.loss_hparams, rec.loss_paper = plan.hparams, spec.paper
+        base_path, base_key = _on_main_first(
+            lambda: base_model_path(cfg, verbose=self.verbose and D.is_main())
         )
-        if train is train_online:
-            kwargs = {"reward_fn": reward_function(cfg.online.reward_grader),
-                      "curve": _curve(cfg, model, tok, base_key, d, tracker)}  # fmt: skip
-        ckpt = Checkpointer.from_config(d, cfg)
-        engine, res = train(cfg, spec, hparams, model, tok, rows, run=run_id, logger=log, ckpt=ckpt, **kwargs)
-        record.resumed_from_step = res.resumed_from
-        record.data_order_sha = res.data_order_sha
-        record.optimizer_steps = res.optimizer_steps
-        record.loss_state = res.loss_state
-        record.compute = res.compute or None
-        record.collapse = res.collapse
+        model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
+        rec.scale_params = count_parameters(model)
+        check_run(plan, model, run=plan.run_id)  # one line if it cannot fit
+        t_data = time.time()
+        rows, rec.data = prepare_data(plan, model, tok, base_key, verbose=self.verbose)
+        t_train = time.time()
+        engine, res = self._train(plan, model, tok, rows, base_key)
+        rec.resumed_from_step, rec.data_order_sha = res.resumed_from, res.data_order_sha
+        rec.optimizer_steps, rec.loss_state = res.optimizer_steps, res.loss_state
+        rec.compute, rec.collapse = res.compute or None, res.collapse
         t_eval = time.time()
         state = lm_state(full_state_dict(engine))
         if D.is_main():
-            eval_model, _ = load_model(base_path, cfg, init_seed=seeds["init"])
-            eval_model.load_state_dict(state)
-            if cfg.train.save_model:
-                eval_model.save_pretrained(d / "model")
-                tok.save_pretrained(d / "model")
-            metrics, outcomes = evaluate(eval_model, tok, cfg, seed=seeds["eval"], label=f"{run_id}: eval")
-            final = res.history[-1] if res.history else {}
-            metrics["final_loss"] = final.get("loss")
-            metrics.update(base_metrics(cfg, base_path, base_key))
-            record.metrics = metrics
-            write_jsonl_atomic(d / "eval.jsonl", outcomes)
-            tracker.log("eval", metrics, res.optimizer_steps)
-        record.timing = {
-            "data_s": round(t_train - t_data, 1),
-            "train_s": round(t_eval - t_train, 1),
-            "eval_s": round(time.time() - t_eval, 1),
-            "total_s": round(time.time() - t0, 1),
-        }
-        record.status = "finished"
-    except Preempted as exc:  # a signal: the latest checkpoint (if any) holds the run; a rerun resumes it
-        record.status, record.error = "preempted", f"Preempted: {exc}"
-        record.timing = {"total_s": round(time.time() - t0, 1)}
-    except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
-        record.status = "failed"
-        record.error = oom_line(exc, run_id, cfg) or _one_line(exc)  # out of memory: the settings to lower
-        record.traceback = traceback.format_exc(limit=20)
-        record.timing = {"total_s": round(time.time() - t0, 1)}
-        record.error = _with_peer_cause(record.error)
-    if (peak := gpu_peak_gib()) is not None:  # this process's peak on its GPU (vLLM's server: not counted)
-        record.timing = {**(record.timing or {}), "peak_gpu_gib": peak}
-    if D.is_main():
-        tracker.close()
-        record.tracking = tracker.status or None
-        write_record(d, record)
-        if record.status == "finished":
-            Checkpointer.from_config(d, cfg).finish()
-    if record.status == "failed" and D.world_size() > 1:
-        _leave_the_world()  # the peers may never reach a barrier: never wait for them
-    D.barrier()
-    return record.model_dump(mode="json")
+            self._evaluate(state, base_path, base_key, tok, res)
+        rec.timing = {"data_s": round(t_train - t_data, 1), "train_s": round(t_eval - t_train, 1),
+                      "eval_s": round(time.time() - t_eval, 1), "total_s": round(time.time() - self.t0, 1)}  # fmt: skip
+        rec.status = "finished"
+
+    def _train(self, plan: RunPlan, model, tok, rows: list[dict], base_key: dict):
+        cfg = self.cfg
+        torch.manual_seed(plan.seeds["init"])
+        if D.is_main():
+            self.tracker = _tracker(cfg, self.dir)
+        log = MetricsLog(self.dir / "metrics.jsonl", self.tracker) if D.is_main() else None
+        ckpt = Checkpointer.from_config(self.dir, cfg)
+        common = {"run": plan.run_id, "logger": log, "ckpt": ckpt}
+        if plan.caps.online:
+            curve = _curve(cfg, model, tok, base_key, self.dir, self.tracker)
+            reward = reward_function(cfg.online.reward_grader)
+            return train_online(cfg, plan.spec, plan.hparams, model, tok, rows, reward_fn=reward, curve=curve,
+                                **common)  # fmt: skip
+        ref_key = {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}
+        return train_offline(cfg, plan.spec, plan.hparams, model, tok, rows, ref_key=ref_key, **common)
+
+    def _evaluate(self, state: dict, base_path: str, base_key: dict, tok, res) -> None:
+        """Rank 0: the trained weights in a fresh copy of the base, evaluated; the model saved if asked."""
+        cfg, rec = self.cfg, self.record
+        eval_model, _ = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
+        eval_model.load_state_dict(state)
+        if cfg.train.save_model:
+            eval_model.save_pretrained(self.dir / "model")
+            tok.save_pretrained(self.dir / "model")
+        metrics, outcomes = evaluate(
+            eval_model, tok, cfg, seed=cfg.seeds()["eval"], label=f"{rec.run_id}: eval"
+        )
+        metrics["final_loss"] = (res.history[-1] if res.history else {}).get("loss")
+        metrics.update(base_metrics(cfg, base_path, base_key))
+        rec.metrics = metrics
+        write_jsonl_atomic(self.dir / "eval.jsonl", outcomes)
+        self.tracker.log("eval", metrics, res.optimizer_steps)
+
+    def end(self, status: str, error: str) -> None:
+        self.record.status, self.record.error = status, error
+        self.record.timing = {"total_s": round(time.time() - self.t0, 1)}
+
+    def close(self) -> dict:
+        """Write the record (rank 0), drop a finished cell's checkpoints, and leave: a failed rank of
+        several leaves its process at once (its peers may never reach a barrier)."""
+        rec = self.record
+        if (
+            peak := gpu_peak_gib()
+        ) is not None:  # this process's peak on its GPU (vLLM's server: not counted)
+            rec.timing = {**(rec.timing or {}), "peak_gpu_gib": peak}
+        if D.is_main():
+            self.tracker.close()
+            rec.tracking = self.tracker.status or None
+            write_record(self.dir, rec)
+            if rec.status == "finished":
+                Checkpointer.from_config(self.dir, self.cfg).finish()
+        if rec.status == "failed" and D.world_size() > 1:
+            _leave_the_world()
+        D.barrier()
+        return rec.model_dump(mode="json")
 
 
 def _with_peer_cause(error: str) -> str:

@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from oxbench.config import RunConfig, check_dir_name, format_validation_error, micro_batches_per_rank
+from oxbench.config import RunConfig, check_dir_name, format_validation_error
 
 ALIASES = {"scale": "model.name", "lora": "model.lora.enabled"}
 
@@ -364,14 +364,14 @@ def _lookup_path(tree: dict, path: str):
 def validate_cell(cfg: RunConfig, where: str) -> None:
     """Checks that need no training: the loss and its hyper-parameters, the model name, the data file."""
     import losses
+    from oxbench.engine.plan import resolve
     from oxbench.models.tiny import ModelError, check_model_name
     from oxbench.tasks.errors import TaskError
 
     try:
-        spec = losses.get(cfg.method)
-        spec.resolve_hparams(cfg.loss)
-        if spec.data == "online" or spec.generates_own_pairs:
-            micro_batches_per_rank(cfg.online.prompts_per_batch, cfg.train.batch_size, 1, cfg.method)
+        plan = resolve(cfg)  # the loss, its hyper-parameters and (online) the micro-batch layout
+        spec = plan.spec
+        if plan.caps.online:
             if cfg.online.source == "delayed" and spec.pairs_from_iterate:
                 raise ValueError(
                     f"online.source 'delayed' cannot serve {cfg.method}: its iterate is frozen for a whole iteration"
@@ -380,7 +380,7 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
                 raise ValueError(
                     f"online.backend '{cfg.online.backend}' samples plain weights, not a LoRA model"
                 )
-            if cfg.online.share_prompt and (spec.needs_value_model or spec.generates_own_pairs):
+            if cfg.online.share_prompt and not plan.caps.shared_prompt:
                 raise ValueError(
                     f"field 'online.share_prompt': {cfg.method} does not train on rollouts' completions "
                     "alone (a value head, or pairs)"

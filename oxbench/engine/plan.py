@@ -1,0 +1,87 @@
+"""A run's plan: what the engine, the grid and the CLI need to know about a cell, resolved once.
+
+:func:`resolve` reads the config's method from the loss registry (the one place in the engine and the
+grid that does), resolves its hyper-parameters, and derives the method's capabilities: whether it
+trains online, on self-play data made before training, against a cached or a live reference, with a
+value head, and whether the shared-prompt forward serves it. Everything downstream reads these
+fields; nothing asks the registry again or branches on a loss's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import losses
+from losses import LossSpec
+from oxbench.config import RunConfig, micro_batches_per_rank
+
+Source = Literal["dataset", "sync", "delayed", "async"]
+
+
+def lookup(method: str) -> LossSpec:
+    """The registered spec of ``method`` (:class:`losses.LossError` naming it when there is none)."""
+    return losses.get(method)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a method needs and can take, from its spec alone."""
+
+    online: bool  # trains on experience from the policy: rollouts, or pairs it samples itself
+    self_play_data: bool  # trains on self-play data made from the base before training
+    reference: Literal["none", "cached", "live"]  # cached: log-probs computed once; live: a frozen copy
+    value_model: bool  # a value head on the policy (PPO-style)
+    shared_prompt: bool  # its loss reads only the completions of rollouts (the shared-prompt forward)
+
+    @classmethod
+    def of(cls, spec: LossSpec, hparams: dict) -> Capabilities:
+        online = spec.trains_online
+        self_play = not spec.generates_own_pairs and (
+            spec.data in ("pairs", "unpaired") or (spec.data == "sft" and spec.sft_source == "self_play")
+        )
+        if online:  # an online run keeps a frozen copy when its loss, at these hyper-parameters, reads one
+            reference = "live" if spec.uses_reference(hparams) else "none"
+        else:
+            live = spec.updates_reference or spec.needs_full_logits
+            reference = "none" if not spec.needs_reference else ("live" if live else "cached")
+        shared = online and not (spec.needs_value_model or spec.generates_own_pairs)
+        return cls(online, self_play, reference, spec.needs_value_model, shared)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One cell, resolved: its config, loss spec and hyper-parameters, capabilities, experience source,
+    seeds, micro-batch layout and run_id."""
+
+    cfg: RunConfig
+    spec: LossSpec
+    hparams: dict
+    caps: Capabilities
+    source: Source
+    seeds: dict[str, int]
+    micro_batches: int  # per rank and optimiser step: online, prompts' groups; offline, grad_accum
+    world_size: int
+    run_id: str
+
+    @property
+    def device(self):
+        """The rank's device (:mod:`oxbench.device`)."""
+        import oxbench.device as placement
+
+        return placement.get()
+
+
+def resolve(cfg: RunConfig, world_size: int = 1) -> RunPlan:
+    """The plan of ``cfg`` at ``world_size`` ranks. A bad method, hyper-parameter or micro-batch layout
+    is a ``LossError`` / ``ValueError`` naming it, before any work."""
+    spec = lookup(cfg.method)
+    hparams = spec.resolve_hparams(cfg.loss)
+    caps = Capabilities.of(spec, hparams)
+    if caps.online:
+        o = cfg.online
+        micro = micro_batches_per_rank(o.prompts_per_batch, cfg.train.batch_size, world_size, cfg.method)
+        source: Source = o.source
+    else:
+        micro, source = cfg.train.grad_accum, "dataset"
+    return RunPlan(cfg, spec, hparams, caps, source, cfg.seeds(), micro, world_size, cfg.run_id())
