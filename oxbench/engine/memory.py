@@ -25,7 +25,7 @@ reached beside it (``timing.peak_gpu_gib`` in ``run.json``).
 gradients, optimiser state, the reference and the rollout copy) cannot fit the GPU: the case of a 7B run
 under ZeRO-3 whose HF rollout copy is a full, unsharded 15.2 GB on every rank.
 
-``python -m oxbench.engine.memory`` prints the README's table.
+``python -m oxbench.engine.memory`` prints the docs' table (docs/gpus.md).
 """
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ def fewest_gpus(shape: ModelShape, setup: Setup, gpu: int = GPU_80GB) -> int | N
 
 
 def readme_table(setup: Setup = TABLE_SETUP) -> str:
-    """The README's table: per-GPU GiB of each Qwen2.5 size under ZeRO-3, with and without LoRA."""
+    """The docs' table (docs/gpus.md): per-GPU GiB of each Qwen2.5 size under ZeRO-3, with and without LoRA."""
     head = ("| Qwen2.5 | LoRA | per GPU at 1 / 2 / 4 / 8 GPUs (GiB) | of which HF rollout copy | activations, "
             "checkpointing off | fewest 80 GB GPUs: HF copy / vLLM separate |\n|---|---|---|---|---|---|")  # fmt: skip
     rows = [head]

@@ -24,7 +24,7 @@ def _cell(recipe: str, method: str, size: str, online: dict):
 
 
 def ledger_table() -> str:
-    """The README's table: one cell of each paper recipe per scale, its ledger, the fewest 80 GB GPUs that
+    """The docs' table (docs/gpus.md): one cell of each paper recipe per scale, its ledger, the fewest 80 GB GPUs that
     hold it (oxbench.engine.memory, gradient checkpointing on) and its expected time on them."""
     import dataclasses
 
