@@ -34,9 +34,11 @@ from __future__ import annotations
 import torch
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.simpo import mean_logps, sigmoid_margin_loss
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 
 def alpha_reward(mean_logp: Tensor, alpha: float) -> Tensor:
@@ -54,19 +56,18 @@ def alphapo_loss(
     simpo_gamma: float = 0.1,
     label_smoothing: float = 0.0,
 ) -> LossOutput:
-    inputs.require("alphapo", "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen, rejected = (alpha_reward(m, alpha) for m in mean_logps(inputs))
     losses = sigmoid_margin_loss(beta * (chosen - rejected) - simpo_gamma, label_smoothing)
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
 spec = LossSpec(
-    name="alphapo",
+    name=NAME,
     fn=alphapo_loss,
     paradigm="offline_ref_free",
     data="pairs",
     needs_reference=False,
-    defaults={"alpha": 0.25, "beta": 2.5, "simpo_gamma": 0.1, "label_smoothing": 0.0},
     paper="arXiv:2501.03884 (AlphaPO reward, SimPO loss)",
     version=1,
     description="AlphaPO: SimPO with the reward reshaped as (1 - p^-alpha)/alpha of the per-token mean probability.",

@@ -33,8 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 Tensor = torch.Tensor
 
@@ -46,7 +48,7 @@ def sorted_logistic(upper: Tensor, lower: Tensor, beta: float, label_smoothing: 
 
 
 def aot_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
-    inputs.require("aot", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     policy_margin = inputs.chosen_logps - inputs.rejected_logps
     ref_margin = inputs.ref_chosen_logps - inputs.ref_rejected_logps
     losses = sorted_logistic(policy_margin, ref_margin, beta, label_smoothing)
@@ -55,12 +57,11 @@ def aot_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 
 
 
 spec = LossSpec(
-    name="aot",
+    name=NAME,
     fn=aot_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "label_smoothing": 0.0},
     paper="arXiv:2406.05882 Sec. 3 (AOT paired)",
     version=1,
     description="Alignment via optimal transport: quantile-matched logistic loss, policy vs reference log-ratio margins.",

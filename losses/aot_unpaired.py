@@ -25,24 +25,25 @@ from __future__ import annotations
 
 from losses._common import pair_logratios, reward_metrics
 from losses.aot import sorted_logistic
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def aot_unpaired_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
-    inputs.require("aot_unpaired", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = sorted_logistic(chosen, rejected, beta, label_smoothing)
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
 spec = LossSpec(
-    name="aot_unpaired",
+    name=NAME,
     fn=aot_unpaired_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "label_smoothing": 0.0},
     paper="arXiv:2406.05882 Sec. 3 (AOT unpaired)",
     version=1,
     description="Unpaired AOT: quantile-matched logistic loss making chosen rewards dominate rejected rewards.",

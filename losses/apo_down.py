@@ -24,12 +24,14 @@ from __future__ import annotations
 import torch
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def apo_down_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require("apo_down", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     r_w, r_l = beta * chosen, beta * rejected
     losses = torch.sigmoid(r_w) + (1 - torch.sigmoid(r_w - r_l))
@@ -37,12 +39,11 @@ def apo_down_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
 
 
 spec = LossSpec(
-    name="apo_down",
+    name=NAME,
     fn=apo_down_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1},
     paper="arXiv:2408.06266 Eq. 8",
     version=1,
     description="Anchored preference optimisation (down): lower both likelihoods, the rejected one more.",

@@ -39,8 +39,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 REWARD_SHIFTS = ("running", "batch", "none")
 INITIAL_STATE = {"reward_mean": 0.0, "count": 0.0}
@@ -61,7 +63,7 @@ def reward_shift_delta(
     """δ (detached) and, for ``"running"``, the updated state."""
     if reward_shift not in REWARD_SHIFTS:
         raise ValueError(
-            f"loss 'bco': reward_shift must be one of {', '.join(REWARD_SHIFTS)}, got {reward_shift!r}"
+            f"loss {NAME!r}: reward_shift must be one of {', '.join(REWARD_SHIFTS)}, got {reward_shift!r}"
         )
     if reward_shift == "none":
         return torch.zeros((), dtype=r_w.dtype, device=r_w.device), None
@@ -73,7 +75,7 @@ def reward_shift_delta(
 
 
 def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "running") -> LossOutput:
-    inputs.require("bco", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     r_w, r_l = beta * chosen, beta * rejected
     delta, state = reward_shift_delta(r_w, r_l, reward_shift, inputs.state)
@@ -84,12 +86,11 @@ def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "runn
 
 
 spec = LossSpec(
-    name="bco",
+    name=NAME,
     fn=bco_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "reward_shift": "running"},
     initial_state=INITIAL_STATE,
     paper="arXiv:2404.04656 Sec. 3 (BCE with reward shift, running mean)",
     version=2,

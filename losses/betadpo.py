@@ -47,9 +47,11 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.sampo import seeded_generator
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 MIN_BETA = 1e-3
 
@@ -95,7 +97,7 @@ def betadpo_loss(
     gamma: float = 0.9,
     seed: int = 0,
 ) -> LossOutput:
-    inputs.require("betadpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     gap = chosen - rejected
     state = update_state(inputs.state, gap, gamma)
@@ -113,12 +115,11 @@ def _prefixed(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 spec = LossSpec(
-    name="betadpo",
+    name=NAME,
     fn=betadpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "alpha": 0.6, "filter_ratio": 0.2, "gamma": 0.9, "seed": 0},
     initial_state=INITIAL_STATE,
     paper="arXiv:2407.08639 (batch-level dynamic beta + filtering, moving averages as the authors' code)",
     version=2,

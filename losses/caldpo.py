@@ -40,14 +40,16 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 CAL_WEIGHT = 0.5  # the authors' code: DPO_loss + 0.5 * Cal_loss
 
 
 def caldpo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
-    inputs.require("caldpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     target = 1.0 / (2.0 * beta)
     bt = -F.logsigmoid(chosen - rejected)
@@ -58,12 +60,11 @@ def caldpo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
 
 
 spec = LossSpec(
-    name="caldpo",
+    name=NAME,
     fn=caldpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.001},
     paper="arXiv:2412.14516 (Cal-DPO objective)",
     version=2,
     description="Cal-DPO: unscaled logistic loss plus half a squared regression of the log-ratios onto +-1/(2 beta).",

@@ -26,24 +26,25 @@ summed over response tokens. Reduction: mean over pairs. Metrics: implicit rewar
 from __future__ import annotations
 
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def cdpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.1) -> LossOutput:
-    inputs.require("cdpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     if not 0.0 <= label_smoothing <= 0.5:
-        raise ValueError(f"loss 'cdpo': label_smoothing must lie in [0, 0.5], got {label_smoothing}")
+        raise ValueError(f"loss {NAME!r}: label_smoothing must lie in [0, 0.5], got {label_smoothing}")
     return dpo_loss(inputs, beta=beta, label_smoothing=label_smoothing)
 
 
 spec = LossSpec(
-    name="cdpo",
+    name=NAME,
     fn=cdpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "label_smoothing": 0.1},
     paper="ericmitchell.ai/cdpo.pdf Eq. 3 (Mitchell 2023, no arXiv id)",
     version=1,
     description="Conservative DPO: DPO with label smoothing ε, assuming each preference is flipped with probability ε.",

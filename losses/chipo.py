@@ -33,8 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 MAX_LOG_RATIO = 80.0
 
@@ -45,7 +47,7 @@ def chi_link(logratio: Tensor) -> Tensor:
 
 
 def chipo_loss(inputs: LossInputs, *, beta: float = 0.1, r_max: float | None = None) -> LossOutput:
-    inputs.require("chipo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     margin = beta * (chi_link(chosen) - chi_link(rejected))
     if r_max is not None:
@@ -55,12 +57,11 @@ def chipo_loss(inputs: LossInputs, *, beta: float = 0.1, r_max: float | None = N
 
 
 spec = LossSpec(
-    name="chipo",
+    name=NAME,
     fn=chipo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "r_max": None},
     paper="arXiv:2407.13399 (chi-PO objective)",
     version=1,
     description="chi-PO: DPO with the link log z replaced by z + log z (chi-squared + KL regularisation).",

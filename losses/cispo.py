@@ -36,32 +36,33 @@ from losses._online import (
     token_mean,
     token_ratio,
 )
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def cispo_loss(
     inputs: LossInputs, *, epsilon_high: float = 5.0, beta: float = 0.0, entropy_coef: float = 0.0
 ) -> LossOutput:
-    inputs.require("cispo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)[:, None]
     ratio = token_ratio(inputs)
     weight = ratio.clamp(max=epsilon_high).detach()
     per_token = -weight * adv * inputs.token_logps
-    per_token, kl = add_k3_kl(per_token, inputs, beta, "cispo")
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "cispo")
+    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
     loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
     clipped = (ratio > epsilon_high) & (adv > 0)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv[:, 0], kl=kl))
 
 
 spec = LossSpec(
-    name="cispo",
+    name=NAME,
     fn=cispo_loss,
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon_high": 5.0, "beta": 0.0, "entropy_coef": 0.0},
     paper="arXiv:2506.13585 §3.1 (CISPO objective)",
     version=1,
     description="CISPO: REINFORCE on every token with a clipped, stop-gradient importance weight.",

@@ -35,9 +35,11 @@ TRL names ``beta``, ``cpo_alpha``. The reference study (oxRL) also uses the toke
 from __future__ import annotations
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.simpo import sigmoid_margin_loss
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 NLL_REDUCTIONS = ("mean", "sum")
 
@@ -62,22 +64,21 @@ def cpo_loss(
     label_smoothing: float = 0.0,
     nll_reduction: str = "mean",
 ) -> LossOutput:
-    inputs.require("cpo", "chosen_logps", "rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps")
     chosen, rejected = inputs.chosen_logps, inputs.rejected_logps
     prefer = sigmoid_margin_loss(beta * (chosen - rejected), label_smoothing).mean()
-    nll = chosen_nll(inputs, nll_reduction, "cpo")
+    nll = chosen_nll(inputs, nll_reduction, NAME)
     metrics = reward_metrics(beta * chosen, beta * rejected)
     metrics.update({"prefer_loss": prefer.detach(), "nll": nll.detach()})
     return LossOutput(prefer + cpo_alpha * nll, metrics)
 
 
 spec = LossSpec(
-    name="cpo",
+    name=NAME,
     fn=cpo_loss,
     paradigm="offline_ref_free",
     data="pairs",
     needs_reference=False,
-    defaults={"beta": 0.1, "cpo_alpha": 1.0, "label_smoothing": 0.0, "nll_reduction": "mean"},
     paper="arXiv:2401.08417 Eq. 3 + L_NLL",
     version=2,
     description="CPO: reference-free DPO on summed log-probs plus an NLL (behaviour cloning) term on the chosen.",

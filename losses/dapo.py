@@ -47,8 +47,10 @@ from losses._online import (
     online_metrics,
     token_mean,
 )
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def groups_kept_frac(flat: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -79,14 +81,14 @@ def dapo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require("dapo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     flat = flat_groups(inputs.rewards, inputs.group_ids)
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "dapo")
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, "dapo")
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "dapo")
+    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
     loss = token_mean(per_token, kept_tokens(inputs), inputs, total="kept_tokens")
     metrics = online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl)
     metrics["groups_kept_frac"] = groups_kept_frac(flat, inputs.group_ids)
@@ -94,19 +96,11 @@ def dapo_loss(
 
 
 spec = LossSpec(
-    name="dapo",
+    name=NAME,
     fn=dapo_loss,
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={
-        "epsilon": 0.2,
-        "epsilon_high": 0.28,
-        "beta": 0.0,
-        "entropy_coef": 0.0,
-        "is_correction": "none",
-        "is_cap": 2.0,
-    },
     batch_stats=dapo_batch_stats,
     paper="arXiv:2503.14476 Eq. 8",
     version=1,

@@ -26,12 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def discopop_loss(inputs: LossInputs, *, beta: float = 0.05, discopop_tau: float = 0.05) -> LossOutput:
-    inputs.require("discopop", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     rho = beta * (chosen - rejected)
     mix = torch.sigmoid(rho / discopop_tau)
@@ -40,12 +42,11 @@ def discopop_loss(inputs: LossInputs, *, beta: float = 0.05, discopop_tau: float
 
 
 spec = LossSpec(
-    name="discopop",
+    name=NAME,
     fn=discopop_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.05, "discopop_tau": 0.05},
     paper="arXiv:2406.08414 Eq. 5 (LRML)",
     version=1,
     description="DiscoPOP: log-ratio modulated blend of the logistic and exponential losses.",

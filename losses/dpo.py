@@ -21,12 +21,14 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
-    inputs.require("dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     h = chosen - rejected
     losses = -(1 - label_smoothing) * F.logsigmoid(beta * h) - label_smoothing * F.logsigmoid(-beta * h)
@@ -34,12 +36,11 @@ def dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 
 
 
 spec = LossSpec(
-    name="dpo",
+    name=NAME,
     fn=dpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "label_smoothing": 0.0},
     paper="arXiv:2305.18290 Eq. 7",
     version=1,
     description="Direct Preference Optimization: logistic loss on the reference-relative log-ratio margin.",

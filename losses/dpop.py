@@ -26,12 +26,14 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def dpop_loss(inputs: LossInputs, *, beta: float = 0.1, dpop_lambda: float = 50.0) -> LossOutput:
-    inputs.require("dpop", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     penalty = torch.relu(-chosen)  # max(0, log π_ref(y_w) - log π_θ(y_w))
     losses = -F.logsigmoid(beta * (chosen - rejected - dpop_lambda * penalty))
@@ -41,12 +43,11 @@ def dpop_loss(inputs: LossInputs, *, beta: float = 0.1, dpop_lambda: float = 50.
 
 
 spec = LossSpec(
-    name="dpop",
+    name=NAME,
     fn=dpop_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "dpop_lambda": 50.0},
     paper="arXiv:2402.13228 Eq. 3",
     version=1,
     description="DPO-Positive: DPO with a penalty when the chosen log-prob falls below the reference's.",

@@ -34,8 +34,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 SCHEDULES = ("fixed", "increase_linear", "decrease_linear")
 
@@ -44,7 +46,7 @@ def shift_at(progress: float | None, shift_lambda: float, shift_schedule: str) -
     """λ at training progress ``p`` in [0, 1] (``None``: the start of training)."""
     if shift_schedule not in SCHEDULES:
         raise ValueError(
-            f"loss 'dposhift': shift_schedule must be one of {', '.join(SCHEDULES)}, got {shift_schedule!r}"
+            f"loss {NAME!r}: shift_schedule must be one of {', '.join(SCHEDULES)}, got {shift_schedule!r}"
         )
     p = 0.0 if progress is None else float(progress)
     if shift_schedule == "increase_linear":
@@ -57,7 +59,7 @@ def shift_at(progress: float | None, shift_lambda: float, shift_schedule: str) -
 def dposhift_loss(
     inputs: LossInputs, *, beta: float = 0.1, shift_lambda: float = 0.95, shift_schedule: str = "fixed"
 ) -> LossOutput:
-    inputs.require("dposhift", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     lam = shift_at(inputs.progress, shift_lambda, shift_schedule)
     losses = -F.logsigmoid(beta * chosen - lam * beta * rejected)
@@ -67,12 +69,11 @@ def dposhift_loss(
 
 
 spec = LossSpec(
-    name="dposhift",
+    name=NAME,
     fn=dposhift_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "shift_lambda": 0.95, "shift_schedule": "fixed"},
     paper="arXiv:2502.07599 (fixed or linearly scheduled lambda)",
     version=2,
     description="DPO-Shift: DPO with the rejected log-ratio scaled by lambda < 1 to keep the chosen likelihood up.",

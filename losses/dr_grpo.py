@@ -48,8 +48,10 @@ from losses._online import (
     group_advantages,
     online_metrics,
 )
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def generation_limit(inputs: LossInputs, max_completion_length: int | None) -> int:
@@ -57,11 +59,11 @@ def generation_limit(inputs: LossInputs, max_completion_length: int | None) -> i
     length = max_completion_length if max_completion_length is not None else inputs.max_completion_length
     if length is None:
         raise ValueError(
-            "loss 'dr_grpo' needs the generation limit L_max: set the hyper-parameter max_completion_length"
+            f"loss {NAME!r} needs the generation limit L_max: set the hyper-parameter max_completion_length"
             " or LossInputs.max_completion_length (the trainer fills it for online rollouts)"
         )
     if length < 1:
-        raise ValueError(f"loss 'dr_grpo': max_completion_length must be a positive int, got {length}")
+        raise ValueError(f"loss {NAME!r}: max_completion_length must be a positive int, got {length}")
     return int(length)
 
 
@@ -76,33 +78,24 @@ def dr_grpo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require("dr_grpo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     length = generation_limit(inputs, max_completion_length)
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=False)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "dr_grpo")
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, "dr_grpo")
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "dr_grpo")
+    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
     loss = (per_token * inputs.mask).sum() / (inputs.mask.size(0) * length)
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
 
 spec = LossSpec(
-    name="dr_grpo",
+    name=NAME,
     fn=dr_grpo_loss,
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={
-        "beta": 0.0,
-        "epsilon": 0.2,
-        "epsilon_high": 0.2,
-        "max_completion_length": None,
-        "entropy_coef": 0.0,
-        "is_correction": "none",
-        "is_cap": 2.0,
-    },
     paper="arXiv:2503.20783 §3.2 (Dr. GRPO objective)",
     version=2,
     description="Dr. GRPO: GRPO without std and length normalisation (token sum / constant G*L_max).",

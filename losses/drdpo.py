@@ -28,12 +28,14 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def drdpo_loss(inputs: LossInputs, *, beta: float = 0.1, beta_prime: float = 1.0) -> LossOutput:
-    inputs.require("drdpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = -F.logsigmoid(beta * (chosen - rejected))
     loss = -beta_prime * (torch.logsumexp(-losses / beta_prime, dim=0) - math.log(losses.numel()))
@@ -43,12 +45,11 @@ def drdpo_loss(inputs: LossInputs, *, beta: float = 0.1, beta_prime: float = 1.0
 
 
 spec = LossSpec(
-    name="drdpo",
+    name=NAME,
     fn=drdpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "beta_prime": 1.0},
     paper="arXiv:2407.07880",
     version=1,
     description="Dr. DPO: DPO losses aggregated by -beta' log mean exp(-loss/beta'), robust to noisy pairs.",

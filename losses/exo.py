@@ -25,15 +25,17 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def exo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.001) -> LossOutput:
-    inputs.require("exo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     eps = label_smoothing
     if not 0.0 < eps < 0.5:
-        raise ValueError(f"loss 'exo': label_smoothing must lie in (0, 0.5), got {eps}")
+        raise ValueError(f"loss {NAME!r}: label_smoothing must lie in (0, 0.5), got {eps}")
     chosen, rejected = pair_logratios(inputs)
     z = beta * (chosen - rejected)
     log_qw, log_ql = F.logsigmoid(z), F.logsigmoid(-z)
@@ -42,12 +44,11 @@ def exo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 
 
 
 spec = LossSpec(
-    name="exo",
+    name=NAME,
     fn=exo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "label_smoothing": 1e-3},
     paper="arXiv:2402.00856 Eq. 16 (EXO-pref, K=2)",
     version=1,
     description="EXO: reverse-KL between the policy's pairwise preference distribution and ε-smoothed labels.",

@@ -49,8 +49,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 F_DIVERGENCES = ("reverse_kl", "forward_kl", "js_divergence", "alpha_divergence")
 MAX_EXPONENT = 80.0
@@ -71,7 +73,7 @@ def f_prime(logratio: Tensor, f_divergence_type: str, alpha: float) -> Tensor:
     if f_divergence_type == "alpha_divergence":
         return (1.0 - capped_exp(-alpha * logratio)) / alpha
     raise ValueError(
-        f"loss 'fdpo': f_divergence_type {f_divergence_type!r} is not one of {', '.join(F_DIVERGENCES)}"
+        f"loss {NAME!r}: f_divergence_type {f_divergence_type!r} is not one of {', '.join(F_DIVERGENCES)}"
     )
 
 
@@ -82,7 +84,7 @@ def fdpo_loss(
     f_divergence_type: str = "reverse_kl",
     f_alpha_divergence_coef: float = 0.5,
 ) -> LossOutput:
-    inputs.require("fdpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     score = f_prime(chosen, f_divergence_type, f_alpha_divergence_coef)
     score = score - f_prime(rejected, f_divergence_type, f_alpha_divergence_coef)
@@ -93,12 +95,11 @@ def fdpo_loss(
 
 
 spec = LossSpec(
-    name="fdpo",
+    name=NAME,
     fn=fdpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "f_divergence_type": "reverse_kl", "f_alpha_divergence_coef": 0.5},
     paper="arXiv:2309.16240 (f-DPO loss)",
     version=1,
     description="f-DPO: DPO with the log link replaced by f'(pi/pi_ref) of a reverse/forward KL, JS or alpha divergence.",

@@ -29,12 +29,14 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def focalpo_loss(inputs: LossInputs, *, beta: float = 0.1, gamma: float = 0.05) -> LossOutput:
-    inputs.require("focalpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     log_p = F.logsigmoid(beta * (chosen - rejected))
     factor = (gamma * log_p).exp()
@@ -44,12 +46,11 @@ def focalpo_loss(inputs: LossInputs, *, beta: float = 0.1, gamma: float = 0.05) 
 
 
 spec = LossSpec(
-    name="focalpo",
+    name=NAME,
     fn=focalpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "gamma": 0.05},
     paper="arXiv:2501.06645",
     version=1,
     description="FocalPO: DPO loss scaled by sigma(beta h)^gamma, down-weighting misranked pairs.",

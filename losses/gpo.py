@@ -33,8 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 GPO_LOSSES = ("logistic", "exponential", "truncated_quadratic", "savage")
 
@@ -49,23 +51,22 @@ def convex_loss(rho: Tensor, loss_type: str) -> Tensor:
         return torch.relu(1.0 - rho) ** 2
     if loss_type == "savage":
         return torch.sigmoid(-rho) ** 2
-    raise ValueError(f"loss 'gpo': loss_type {loss_type!r} is not one of {', '.join(GPO_LOSSES)}")
+    raise ValueError(f"loss {NAME!r}: loss_type {loss_type!r} is not one of {', '.join(GPO_LOSSES)}")
 
 
 def gpo_loss(inputs: LossInputs, *, beta: float = 0.1, loss_type: str = "exponential") -> LossOutput:
-    inputs.require("gpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = convex_loss(beta * (chosen - rejected), loss_type)
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
 spec = LossSpec(
-    name="gpo",
+    name=NAME,
     fn=gpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "loss_type": "exponential"},
     paper="arXiv:2402.05749 (GPO convex losses)",
     version=1,
     description="GPO: a convex loss (logistic, exponential, truncated quadratic, savage) of the DPO margin.",

@@ -47,8 +47,10 @@ from losses._online import (
     group_advantages,
     online_metrics,
 )
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def grpo_loss(
@@ -61,31 +63,23 @@ def grpo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require("grpo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "grpo")
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
     per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
     per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, "grpo")
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "grpo")
+    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
     loss = masked_mean(per_token, inputs.mask).mean()
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
 
 spec = LossSpec(
-    name="grpo",
+    name=NAME,
     fn=grpo_loss,
     paradigm="online",
     data="online",
     needs_reference=True,
-    defaults={
-        "beta": 0.04,
-        "epsilon": 0.2,
-        "epsilon_high": 0.2,
-        "entropy_coef": 0.0,
-        "is_correction": "none",
-        "is_cap": 2.0,
-    },
     paper="arXiv:2402.03300 Eq. 3",
     version=1,
     description="GRPO: group z-scored advantages, clipped token ratio, per-response token mean, k3 KL.",

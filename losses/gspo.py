@@ -34,8 +34,10 @@ from losses._online import (
     online_metrics,
     sequence_ratio,
 )
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def gspo_loss(
@@ -46,23 +48,22 @@ def gspo_loss(
     beta: float = 0.0,
     entropy_coef: float = 0.0,
 ) -> LossOutput:
-    inputs.require("gspo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
     ratio = sequence_ratio(inputs)
     per_seq, clipped = clipped_surrogate(ratio, adv, epsilon, epsilon_high)
-    per_token, kl = add_k3_kl(per_seq[:, None].expand_as(inputs.mask), inputs, beta, "gspo")
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "gspo")
+    per_token, kl = add_k3_kl(per_seq[:, None].expand_as(inputs.mask), inputs, beta, NAME)
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
     loss = masked_mean(per_token, inputs.mask).mean()
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
 
 spec = LossSpec(
-    name="gspo",
+    name=NAME,
     fn=gspo_loss,
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={"epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0, "entropy_coef": 0.0},
     paper="arXiv:2507.18071 §4.1 (GSPO objective)",
     version=1,
     description="GSPO: one length-normalised importance ratio per response, clipped at the sequence level.",

@@ -21,24 +21,25 @@ from __future__ import annotations
 import torch
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def hinge_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require("hinge", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     losses = torch.relu(1.0 - beta * (chosen - rejected))
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
 spec = LossSpec(
-    name="hinge",
+    name=NAME,
     fn=hinge_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1},
     paper="arXiv:2309.06657 Sec. 3 (hinge-norm); arXiv:2305.10425",
     version=1,
     description="SLiC-style hinge loss max(0, 1 - β·margin) on reference-normalised log-ratios.",

@@ -28,8 +28,10 @@ Metrics: the standard implicit rewards ``β·log(π/π_ref)`` (summed, as TRL lo
 from __future__ import annotations
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 _FIELDS = (
     "chosen_logps",
@@ -42,7 +44,7 @@ _FIELDS = (
 
 
 def ipo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require("ipo", *_FIELDS)
+    inputs.require(NAME, *_FIELDS)
     chosen_avg, rejected_avg = pair_logratios(inputs, length_normalize=True)
     margin = chosen_avg - rejected_avg
     losses = (margin - 1.0 / (2.0 * beta)) ** 2
@@ -53,12 +55,11 @@ def ipo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
 
 
 spec = LossSpec(
-    name="ipo",
+    name=NAME,
     fn=ipo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1},
     paper="arXiv:2310.12036 Eq. 17",
     version=1,
     description="Identity Preference Optimisation: squared regression of the per-token log-ratio margin onto 1/(2β).",

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import torch
 
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 
 def kl_reference_point(kl_logps: Tensor, ref_kl_logps: Tensor) -> Tensor:
@@ -58,7 +60,7 @@ def kto_metrics(rewards: Tensor, labels: Tensor, z0: Tensor) -> dict[str, Tensor
 def kto_loss(
     inputs: LossInputs, *, beta: float = 0.1, desirable_weight: float = 1.0, undesirable_weight: float = 1.0
 ) -> LossOutput:
-    inputs.require("kto", "logps", "ref_logps", "labels", "kl_logps", "ref_kl_logps")
+    inputs.require(NAME, "logps", "ref_logps", "labels", "kl_logps", "ref_kl_logps")
     labels = inputs.labels.bool()
     z0 = kl_reference_point(inputs.kl_logps, inputs.ref_kl_logps)
     logratio = inputs.logps - inputs.ref_logps
@@ -69,12 +71,11 @@ def kto_loss(
 
 
 spec = LossSpec(
-    name="kto",
+    name=NAME,
     fn=kto_loss,
     paradigm="unpaired",
     data="unpaired",
     needs_reference=True,
-    defaults={"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0},
     paper="arXiv:2402.01306 Eqs. 7-8",
     version=1,
     description="KTO: prospect-theory value of the reference log-ratio against a mismatched-pair KL reference point.",

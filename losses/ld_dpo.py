@@ -29,9 +29,11 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.sampo import TOKEN_FIELDS
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 
 def length_weights(mask: Tensor, shared_len: Tensor, ld_alpha: float) -> Tensor:
@@ -52,19 +54,18 @@ def desensitised_logratios(inputs: LossInputs, ld_alpha: float) -> tuple[Tensor,
 
 
 def ld_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, ld_alpha: float = 0.5) -> LossOutput:
-    inputs.require("ld_dpo", *TOKEN_FIELDS)
+    inputs.require(NAME, *TOKEN_FIELDS)
     chosen, rejected = desensitised_logratios(inputs, ld_alpha)
     losses = -F.logsigmoid(beta * (chosen - rejected))
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
 spec = LossSpec(
-    name="ld_dpo",
+    name=NAME,
     fn=ld_dpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "ld_alpha": 0.5},
     paper="arXiv:2409.06411",
     version=1,
     description="LD-DPO: DPO with the log-probs of tokens past the shorter response's length scaled by ld_alpha.",

@@ -26,8 +26,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 _FIELDS = (
     "chosen_logps",
@@ -40,7 +42,7 @@ _FIELDS = (
 
 
 def ln_dpo_loss(inputs: LossInputs, *, beta: float = 5.0) -> LossOutput:
-    inputs.require("ln_dpo", *_FIELDS)
+    inputs.require(NAME, *_FIELDS)
     chosen_avg, rejected_avg = pair_logratios(inputs, length_normalize=True)
     margin = chosen_avg - rejected_avg
     losses = -F.logsigmoid(beta * margin)
@@ -51,12 +53,11 @@ def ln_dpo_loss(inputs: LossInputs, *, beta: float = 5.0) -> LossOutput:
 
 
 spec = LossSpec(
-    name="ln_dpo",
+    name=NAME,
     fn=ln_dpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 5.0},
     paper="arXiv:2411.15124 Sec. 5 (length-normalised DPO)",
     version=1,
     description="Length-normalised DPO: the DPO logistic loss on per-token averaged log-ratios.",

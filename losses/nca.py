@@ -22,12 +22,14 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def nca_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require("nca", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     r_w, r_l = beta * chosen, beta * rejected
     losses = -F.logsigmoid(r_w) - 0.5 * F.logsigmoid(-r_w) - 0.5 * F.logsigmoid(-r_l)
@@ -35,12 +37,11 @@ def nca_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
 
 
 spec = LossSpec(
-    name="nca",
+    name=NAME,
     fn=nca_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1},
     paper="arXiv:2402.05369 Sec. 3 (NCA, K=2)",
     version=1,
     description="Noise-contrastive alignment: per-response classification of absolute implicit rewards.",

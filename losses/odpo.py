@@ -36,8 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 MIN_SCORE_GAP = 1e-6
 
@@ -53,7 +55,7 @@ def score_offset(inputs: LossInputs, *, alpha: float, offset: float) -> Tensor:
 def odpo_loss(
     inputs: LossInputs, *, beta: float = 0.1, alpha: float = 1.0, offset: float = 1.0
 ) -> LossOutput:
-    inputs.require("odpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     delta = score_offset(inputs, alpha=alpha, offset=offset)
     losses = -F.logsigmoid(beta * (chosen - rejected) - delta)
@@ -63,12 +65,11 @@ def odpo_loss(
 
 
 spec = LossSpec(
-    name="odpo",
+    name=NAME,
     fn=odpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "alpha": 1.0, "offset": 1.0},
     paper="arXiv:2402.10571 (ODPO loss, log-scaled offset)",
     version=1,
     description="DPO with an offset: the reward margin must exceed alpha*log(score gap) of the pair.",

@@ -24,8 +24,10 @@ trainer's job here.
 from __future__ import annotations
 
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def score_metrics(inputs: LossInputs) -> dict[str, float]:
@@ -36,20 +38,19 @@ def score_metrics(inputs: LossInputs) -> dict[str, float]:
 
 
 def online_dpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require("online_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     out = dpo_loss(inputs, beta=beta)
     return LossOutput(out.loss, {**out.metrics, **score_metrics(inputs)})
 
 
 spec = LossSpec(
-    name="online_dpo",
+    name=NAME,
     fn=online_dpo_loss,
     paradigm="online",
     data="pairs",
     needs_reference=True,
     generates_own_pairs=True,
     chosen_source="self_play",
-    defaults={"beta": 0.1},
     paper="arXiv:2402.04792 Alg. 1 (DPO loss, arXiv:2305.18290 Eq. 7)",
     version=1,
     description="Online DPO: DPO on best-vs-worst pairs sampled from the current policy each step.",

@@ -42,10 +42,12 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.sft import token_mean_nll
 from losses.simpo import mean_logps
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 _MAX_MEAN_LOGP = -1e-6
 
@@ -63,7 +65,7 @@ def log_odds(mean_logp: Tensor) -> Tensor:
 
 def orpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     inputs.require(
-        "orpo", "chosen_logps", "rejected_logps", "chosen_token_logps", "chosen_mask", "rejected_mask"
+        NAME, "chosen_logps", "rejected_logps", "chosen_token_logps", "chosen_mask", "rejected_mask"
     )
     chosen, rejected = mean_logps(inputs)
     ratio = log_odds(chosen) - log_odds(rejected)
@@ -75,12 +77,11 @@ def orpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
 
 
 spec = LossSpec(
-    name="orpo",
+    name=NAME,
     fn=orpo_loss,
     paradigm="offline_ref_free",
     data="pairs",
     needs_reference=False,
-    defaults={"beta": 0.1},
     paper="arXiv:2403.07691 Eqs. 4-7",
     version=1,
     description="ORPO: token-mean NLL on the chosen plus a log-odds-ratio penalty on length-normalised probabilities.",

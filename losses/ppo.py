@@ -37,9 +37,11 @@ import torch
 
 from losses._common import masked_mean
 from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_mean, token_ratio
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 Tensor = torch.Tensor
 
@@ -50,7 +52,7 @@ def token_rewards(inputs: LossInputs, beta: float) -> tuple[Tensor, Tensor | Non
     rewards = inputs.rewards[:, None].to(inputs.token_logps.dtype) * last_token_mask(mask)
     if beta == 0.0:
         return rewards, None
-    inputs.require("ppo", "ref_token_logps")
+    inputs.require(NAME, "ref_token_logps")
     kl = (behaviour_logps(inputs) - inputs.ref_token_logps).detach() * mask
     return rewards - beta * kl, kl
 
@@ -86,9 +88,7 @@ def whiten(x: Tensor, mask: Tensor, stats: dict | None = None, eps: float = 1e-8
     return (x - stats["adv_mean"]) * torch.rsqrt(stats["adv_var"] + eps) * mask
 
 
-def ppo_batch_stats(
-    batch: LossInputs, *, beta: float = 0.0, gamma: float = 1.0, lam: float = 0.95, **_
-) -> dict[str, Tensor]:
+def ppo_batch_stats(batch: LossInputs, *, beta: float, gamma: float, lam: float, **_) -> dict[str, Tensor]:
     """Whitening mean/variance of the GAE advantages over every response token of the rollout batch."""
     rewards, _ = token_rewards(batch, beta)
     adv, _ = gae(rewards, batch.old_values, batch.mask, gamma=gamma, lam=lam)
@@ -117,7 +117,7 @@ def ppo_loss(
     cliprange_value: float = 0.2,
     whiten_advantages: bool = True,
 ) -> LossOutput:
-    inputs.require("ppo", "token_logps", "mask", "rewards", "values")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "values")
     mask = inputs.mask
     old_values = inputs.values.detach() if inputs.old_values is None else inputs.old_values
     rewards, kl = token_rewards(inputs, beta)
@@ -139,22 +139,12 @@ def ppo_loss(
 
 
 spec = LossSpec(
-    name="ppo",
+    name=NAME,
     fn=ppo_loss,
     paradigm="online",
     data="online",
     needs_reference=False,
     needs_value_model=True,
-    defaults={
-        "epsilon": 0.2,
-        "epsilon_high": 0.2,
-        "beta": 0.0,
-        "gamma": 1.0,
-        "lam": 0.95,
-        "vf_coef": 0.1,
-        "cliprange_value": 0.2,
-        "whiten_advantages": True,
-    },
     batch_stats=ppo_batch_stats,
     paper="arXiv:1707.06347 Eq. 7, 9; arXiv:1506.02438 Eq. 16",
     version=1,

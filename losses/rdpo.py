@@ -34,8 +34,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 _FIELDS = (
     "chosen_logps",
@@ -48,7 +50,7 @@ _FIELDS = (
 
 
 def rdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.01) -> LossOutput:
-    inputs.require("rdpo", *_FIELDS)
+    inputs.require(NAME, *_FIELDS)
     chosen, rejected = pair_logratios(inputs)
     length_diff = inputs.chosen_mask.sum(-1) - inputs.rejected_mask.sum(-1)
     losses = -F.logsigmoid(beta * (chosen - rejected) + alpha * length_diff)
@@ -58,12 +60,11 @@ def rdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.01) -> 
 
 
 spec = LossSpec(
-    name="rdpo",
+    name=NAME,
     fn=rdpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "alpha": 0.01},
     paper="arXiv:2403.19159 Sec. 4 (R-DPO)",
     version=1,
     description="Length-regularised DPO: a +α(|y_w|-|y_l|) term in the logit stops DPO buying margin with length.",

@@ -41,7 +41,9 @@ class LossSpec:
     paradigm:           one of ``sft``, ``offline``, ``offline_ref_free``, ``unpaired``, ``online``.
     data:               what the data pipeline must feed: ``sft``, ``pairs``, ``unpaired``, ``online``.
     needs_reference:    the trainer fills the ``ref_*`` fields of :class:`LossInputs`.
-    defaults:           hyper-parameters from the paper; grid values override them.
+    defaults:           hyper-parameters from the paper; grid values override them. Omitted (None): read
+                        from ``fn``'s signature, every keyword parameter with its default
+                        (:func:`signature_defaults`), so a loss writes its defaults once.
     paper:              arXiv id plus the equation, e.g. ``"arXiv:2305.18290 Eq. 7"``.
     version:            bumped whenever the maths changes; recorded in every ``run.json``.
     sft_source:         for ``data="sft"``: ``gold`` answers or ``self_play`` chosen answers.
@@ -55,10 +57,12 @@ class LossSpec:
                         a frozen iterate that is also the reference, and the trained policy becomes
                         the next iterate after ``online.pair_refresh_every`` passes over the prompts
                         (SPIN). False: pairs come from the current policy every round (online DPO).
-    reference_update:   for ``updates_reference`` offline: ``reference_update(step, **hparams)`` is
+    reference_update:   for ``updates_reference`` offline: ``reference_update(step, **hparams)`` (every
+                        resolved hyper-parameter, so it declares no defaults) is
                         called after optimiser step ``step`` (from 1) and returns the weight ``α`` of the
                         policy in the new reference (``ref ← α·θ + (1−α)·ref``) or None (TR-DPO).
-    batch_stats:        online: ``batch_stats(batch: LossInputs, **hparams) -> dict[str, Tensor]`` of 0-d
+    batch_stats:        online: ``batch_stats(batch: LossInputs, **hparams) -> dict[str, Tensor]`` (every
+                        resolved hyper-parameter, as ``reference_update``) of 0-d
                         statistics over the whole rollout batch (every micro-batch and rank), e.g. the
                         advantages' whitening mean and std. ``batch`` has the behaviour log-probs as
                         ``token_logps`` and ``old_token_logps``, the value head's ``values``/``old_values``
@@ -73,7 +77,7 @@ class LossSpec:
     paradigm: str
     data: str
     needs_reference: bool
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] | None = None
     paper: str = ""
     version: int = 1
     sft_source: str = "gold"
@@ -94,6 +98,8 @@ class LossSpec:
             raise LossError(f"{where}: name must be an identifier")
         if not callable(self.fn):
             raise LossError(f"{where}: fn is not callable")
+        if self.defaults is None:
+            object.__setattr__(self, "defaults", signature_defaults(self.fn))
         if self.paradigm not in PARADIGMS:
             raise LossError(f"{where}: paradigm {self.paradigm!r} is not one of {', '.join(PARADIGMS)}")
         if self.data not in DATA_KINDS:
@@ -140,6 +146,13 @@ class LossSpec:
         losses are reference-free by default)."""
         return self.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
 
+    @property
+    def trains_online(self) -> bool:
+        """Whether the method trains on experience from the policy as it learns: rollouts (``data``
+        ``online``) or preference pairs it samples itself (``generates_own_pairs``). The one place
+        that decides it."""
+        return self.data == "online" or self.generates_own_pairs
+
     def uses_entropy(self, hparams: dict[str, Any]) -> bool:
         """Whether the loss reads ``token_entropy``: an entropy coefficient ``entropy_coef`` != 0 (the
         GRPO-family losses' optional entropy regularisation)."""
@@ -171,6 +184,25 @@ class LossSpec:
             "description": self.description,
             "fn": _qualname(self.fn),
         }
+
+
+def signature_defaults(fn: Callable) -> dict[str, Any]:
+    """``fn``'s hyper-parameters with their defaults: every keyword parameter after the first (the
+    :class:`LossInputs`) that has a default, in the signature's order; ``{}`` for a callable whose
+    signature Python cannot read."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {}
+    keywords = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default for p in params if p.kind in keywords and p.default is not p.empty}
+
+
+def loss_name(module: str) -> str:
+    """A built-in's name, its module's last part (``losses.dr_grpo`` -> ``dr_grpo``), as its entry point
+    in ``pyproject.toml`` is named: each built-in writes ``NAME = loss_name(__name__)`` and uses ``NAME``
+    for its spec and its error messages, so the name is written once (the file's)."""
+    return module.rpartition(".")[2]
 
 
 def _qualname(fn) -> str | None:
@@ -208,9 +240,9 @@ def check_signature(spec: LossSpec, origin: str = "register()") -> None:
     The contract: hyper-parameters override ``defaults``, so ``spec.fn(inputs, beta=0.1)`` with the
     others omitted must work. Hence fn takes the :class:`LossInputs` as its first positional
     parameter, every key of ``defaults`` is a keyword parameter of fn with a default value, and fn
-    has no other parameter without a default. (The built-ins' defaults in the signature equal
-    ``defaults``; ``tests/loss_algorithms/test_hparam_contract.py`` checks that.) A callable whose
-    signature Python cannot read is not checked.
+    has no other parameter without a default. (The built-ins leave ``defaults`` out: it is read from
+    their signatures; ``tests/loss_algorithms/test_hparam_contract.py`` checks the two agree.) A
+    callable whose signature Python cannot read is not checked.
     """
     try:
         sig = inspect.signature(spec.fn)

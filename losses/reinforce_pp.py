@@ -29,9 +29,11 @@ import torch
 
 from losses._common import masked_mean
 from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_mean, token_ratio
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def suffix_sum(x: torch.Tensor) -> torch.Tensor:
@@ -45,7 +47,7 @@ def kl_shaped_returns(inputs: LossInputs, beta: float) -> tuple[torch.Tensor, to
     outcome = inputs.rewards[:, None].to(inputs.token_logps.dtype) * last_token_mask(mask)
     if beta == 0.0:
         return suffix_sum(outcome) * mask, None
-    inputs.require("reinforce_pp", "ref_token_logps")
+    inputs.require(NAME, "ref_token_logps")
     kl = (behaviour_logps(inputs) - inputs.ref_token_logps).detach() * mask
     return suffix_sum(outcome - beta * kl) * mask, kl
 
@@ -63,7 +65,7 @@ def global_normalise(adv: torch.Tensor, mask: torch.Tensor, stats=None, eps: flo
     return (adv - stats["adv_mean"]) / (stats["adv_std"] + eps) * mask
 
 
-def reinforce_pp_batch_stats(batch: LossInputs, *, beta: float = 0.01, **_) -> dict[str, torch.Tensor]:
+def reinforce_pp_batch_stats(batch: LossInputs, *, beta: float, **_) -> dict[str, torch.Tensor]:
     """The global normalisation's mean/std over the whole rollout batch (every micro-batch and rank)."""
     returns, _ = kl_shaped_returns(batch, beta)
     return normalise_stats(returns, batch.mask)
@@ -72,7 +74,7 @@ def reinforce_pp_batch_stats(batch: LossInputs, *, beta: float = 0.01, **_) -> d
 def reinforce_pp_loss(
     inputs: LossInputs, *, beta: float = 0.01, epsilon: float = 0.2, epsilon_high: float = 0.2
 ) -> LossOutput:
-    inputs.require("reinforce_pp", "token_logps", "mask", "rewards")
+    inputs.require(NAME, "token_logps", "mask", "rewards")
     returns, kl = kl_shaped_returns(inputs, beta)
     adv = global_normalise(returns, inputs.mask, inputs.batch_stats)
     ratio = token_ratio(inputs)
@@ -82,12 +84,11 @@ def reinforce_pp_loss(
 
 
 spec = LossSpec(
-    name="reinforce_pp",
+    name=NAME,
     fn=reinforce_pp_loss,
     paradigm="online",
     data="online",
     needs_reference=True,
-    defaults={"beta": 0.01, "epsilon": 0.2, "epsilon_high": 0.2},
     batch_stats=reinforce_pp_batch_stats,
     paper="arXiv:2501.03262 §2 (REINFORCE++)",
     version=1,

@@ -25,23 +25,24 @@ data sources are two arms that can be compared. Its loss reduction differs as fo
 
 from __future__ import annotations
 
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.sft import nll_output
 from losses.types import LossInputs, LossOutput
 
+NAME = loss_name(__name__)
+
 
 def rft_loss(inputs: LossInputs) -> LossOutput:
-    inputs.require("rft", "token_logps", "mask")
+    inputs.require(NAME, "token_logps", "mask")
     return nll_output(inputs)
 
 
 spec = LossSpec(
-    name="rft",
+    name=NAME,
     fn=rft_loss,
     paradigm="sft",
     data="sft",
     needs_reference=False,
-    defaults={},
     paper="arXiv:2308.01825 (rejection-sampling fine-tuning)",
     version=1,
     sft_source="self_play",

@@ -27,8 +27,10 @@ import torch
 
 from losses._common import group_stats, masked_mean, masked_sum
 from losses._online import behaviour_logps, clipped_surrogate, flat_groups, online_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def leave_one_out_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -43,7 +45,7 @@ def kl_penalised_rewards(inputs: LossInputs, beta: float) -> tuple[torch.Tensor,
     """``r − β Σ_t (log π_old − log π_ref)`` and the per-token k1 KL (None when β = 0)."""
     if beta == 0.0:
         return inputs.rewards, None
-    inputs.require("rloo", "ref_token_logps")
+    inputs.require(NAME, "ref_token_logps")
     kl = (behaviour_logps(inputs) - inputs.ref_token_logps).detach() * inputs.mask
     return inputs.rewards - beta * kl.sum(-1), kl
 
@@ -56,7 +58,7 @@ def normalise(adv: torch.Tensor, stats: dict | None = None) -> torch.Tensor:
 
 
 def rloo_batch_stats(
-    batch: LossInputs, *, beta: float = 0.05, normalize_advantages: bool = False, **_
+    batch: LossInputs, *, beta: float, normalize_advantages: bool, **_
 ) -> dict[str, torch.Tensor]:
     """Whole-batch mean/std of the leave-one-out advantages (only used with ``normalize_advantages``)."""
     if not normalize_advantages:
@@ -74,7 +76,7 @@ def rloo_loss(
     epsilon_high: float = 0.2,
     normalize_advantages: bool = False,
 ) -> LossOutput:
-    inputs.require("rloo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     rewards, kl = kl_penalised_rewards(inputs, beta)
     adv = leave_one_out_advantages(rewards, inputs.group_ids)
     if normalize_advantages:
@@ -89,12 +91,11 @@ def rloo_loss(
 
 
 spec = LossSpec(
-    name="rloo",
+    name=NAME,
     fn=rloo_loss,
     paradigm="online",
     data="online",
     needs_reference=True,
-    defaults={"beta": 0.05, "epsilon": 0.2, "epsilon_high": 0.2, "normalize_advantages": False},
     batch_stats=rloo_batch_stats,
     paper="arXiv:2402.14740 §3.2 (RLOO estimator)",
     version=1,

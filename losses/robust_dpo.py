@@ -27,15 +27,17 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def robust_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.1) -> LossOutput:
-    inputs.require("robust_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     eps = label_smoothing
     if not 0.0 <= eps < 0.5:
-        raise ValueError(f"loss 'robust_dpo': label_smoothing must lie in [0, 0.5), got {eps}")
+        raise ValueError(f"loss {NAME!r}: label_smoothing must lie in [0, 0.5), got {eps}")
     chosen, rejected = pair_logratios(inputs)
     z = beta * (chosen - rejected)
     losses = (-(1 - eps) * F.logsigmoid(z) + eps * F.logsigmoid(-z)) / (1 - 2 * eps)
@@ -43,12 +45,11 @@ def robust_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: f
 
 
 spec = LossSpec(
-    name="robust_dpo",
+    name=NAME,
     fn=robust_dpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "label_smoothing": 0.1},
     paper="arXiv:2403.00409 Sec. 3 (unbiased robust loss)",
     version=1,
     description="Robust DPO: de-biased DPO loss that is unbiased for the clean loss under flip rate ε.",

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 from losses._common import lengths
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def rpo_loss(inputs: LossInputs, *, beta: float = 0.1, rpo_alpha: float = 1.0) -> LossOutput:
     inputs.require(
-        "rpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps", "chosen_mask"
+        NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps", "chosen_mask"
     )
     dpo = dpo_loss(inputs, beta=beta)
     nll = (-inputs.chosen_logps / lengths(inputs.chosen_mask)).mean()
@@ -41,12 +43,11 @@ def rpo_loss(inputs: LossInputs, *, beta: float = 0.1, rpo_alpha: float = 1.0) -
 
 
 spec = LossSpec(
-    name="rpo",
+    name=NAME,
     fn=rpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "rpo_alpha": 1.0},
     paper="arXiv:2404.19733 (DPO + length-normalised NLL)",
     version=1,
     description="RPO: DPO plus rpo_alpha times the length-normalised NLL of the chosen response.",

@@ -36,14 +36,16 @@ Not in TRL; the reference study (oxRL) has no RRHF.
 from __future__ import annotations
 
 from losses._common import lengths, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def rrhf_loss(
     inputs: LossInputs, *, rrhf_weight: float = 1.0, length_penalty: float = 1.0, nll_reduction: str = "mean"
 ) -> LossOutput:
-    inputs.require("rrhf", "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen = inputs.chosen_logps / lengths(inputs.chosen_mask) ** length_penalty
     rejected = inputs.rejected_logps / lengths(inputs.rejected_mask) ** length_penalty
     rank = (rejected - chosen).clamp(min=0).mean()
@@ -52,19 +54,18 @@ def rrhf_loss(
     elif nll_reduction == "sum":
         nll = -inputs.chosen_logps.mean()
     else:
-        raise ValueError(f"loss 'rrhf': nll_reduction {nll_reduction!r} is not one of mean, sum")
+        raise ValueError(f"loss {NAME!r}: nll_reduction {nll_reduction!r} is not one of mean, sum")
     metrics = reward_metrics(chosen, rejected)
     metrics.update({"rank_loss": rank.detach(), "nll": nll.detach()})
     return LossOutput(rrhf_weight * rank + nll, metrics)
 
 
 spec = LossSpec(
-    name="rrhf",
+    name=NAME,
     fn=rrhf_loss,
     paradigm="offline_ref_free",
     data="pairs",
     needs_reference=False,
-    defaults={"rrhf_weight": 1.0, "length_penalty": 1.0, "nll_reduction": "mean"},
     paper="arXiv:2304.05302 Eqs. 1-4",
     version=2,
     description="RRHF: hinge ranking loss on length-normalised log-probs plus the NLL of the best (chosen) response.",

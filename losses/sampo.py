@@ -42,8 +42,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 TOKEN_FIELDS = (
     "chosen_token_logps",
@@ -86,7 +88,7 @@ def downsample_masks(
 
 
 def sampo_loss(inputs: LossInputs, *, beta: float = 0.1, seed: int = 0) -> LossOutput:
-    inputs.require("sampo", *TOKEN_FIELDS)
+    inputs.require(NAME, *TOKEN_FIELDS)
     gen = seeded_generator(seed, inputs.ref_chosen_token_logps, inputs.ref_rejected_token_logps)
     keep_c, keep_r = downsample_masks(inputs.chosen_mask, inputs.rejected_mask, gen)
     chosen = ((inputs.chosen_token_logps - inputs.ref_chosen_token_logps) * keep_c).sum(-1)
@@ -98,12 +100,11 @@ def sampo_loss(inputs: LossInputs, *, beta: float = 0.1, seed: int = 0) -> LossO
 
 
 spec = LossSpec(
-    name="sampo",
+    name=NAME,
     fn=sampo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.1, "seed": 0},
     paper="arXiv:2406.10957 (down-sampled DPO)",
     version=1,
     description="DPO on token log-ratios down-sampled to the shorter response's length (no length bias).",

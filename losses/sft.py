@@ -22,8 +22,10 @@ the token mean does not.
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 
 def token_mean_nll(token_logps: Tensor, mask: Tensor) -> Tensor:
@@ -38,17 +40,16 @@ def nll_output(inputs: LossInputs) -> LossOutput:
 
 
 def sft_loss(inputs: LossInputs) -> LossOutput:
-    inputs.require("sft", "token_logps", "mask")
+    inputs.require(NAME, "token_logps", "mask")
     return nll_output(inputs)
 
 
 spec = LossSpec(
-    name="sft",
+    name=NAME,
     fn=sft_loss,
     paradigm="sft",
     data="sft",
     needs_reference=False,
-    defaults={},
     paper="arXiv:2203.02155 Sec. 3.5 (SFT: causal-LM maximum likelihood)",
     version=1,
     sft_source="gold",

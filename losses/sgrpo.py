@@ -48,8 +48,10 @@ from losses._online import (
     online_metrics,
     token_mean,
 )
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 Tensor = torch.Tensor
 ADV_EPS = 1e-8  # oxRL reward.eps_reward_norm
@@ -78,33 +80,24 @@ def sgrpo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require("sgrpo", "token_logps", "mask", "rewards", "group_ids")
+    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
     adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True, eps=ADV_EPS)
     token_adv = token_advantages(adv, inputs.mask, reward_broadcast)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, "sgrpo")
+    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
     per_token, clipped = clipped_surrogate(ratio, token_adv, epsilon, epsilon_high)
     per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, "sgrpo")
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, "sgrpo")
+    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
+    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
     loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
 
 spec = LossSpec(
-    name="sgrpo",
+    name=NAME,
     fn=sgrpo_loss,
     paradigm="online",
     data="online",
     needs_reference=False,
-    defaults={
-        "epsilon": 0.2,
-        "epsilon_high": 0.2,
-        "beta": 0.0,
-        "reward_broadcast": True,
-        "entropy_coef": 0.0,
-        "is_correction": "none",
-        "is_cap": 2.0,
-    },
     paper="arXiv:2402.03300 Eq. 3 (token-level form of the reference study, oxRL)",
     version=1,
     description="Reference study's GRPO: group z-scores, clipped token ratio, mean over all batch tokens, no KL.",

@@ -34,8 +34,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import lengths, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 
 def mean_logps(inputs: LossInputs) -> tuple[Tensor, Tensor]:
@@ -54,19 +56,18 @@ def sigmoid_margin_loss(z: Tensor, label_smoothing: float) -> Tensor:
 def simpo_loss(
     inputs: LossInputs, *, beta: float = 2.0, simpo_gamma: float = 1.0, label_smoothing: float = 0.0
 ) -> LossOutput:
-    inputs.require("simpo", "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen, rejected = mean_logps(inputs)
     losses = sigmoid_margin_loss(beta * (chosen - rejected) - simpo_gamma, label_smoothing)
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
 spec = LossSpec(
-    name="simpo",
+    name=NAME,
     fn=simpo_loss,
     paradigm="offline_ref_free",
     data="pairs",
     needs_reference=False,
-    defaults={"beta": 2.0, "simpo_gamma": 1.0, "label_smoothing": 0.0},
     paper="arXiv:2405.14734 Eq. 6",
     version=1,
     description="SimPO: logistic loss on the length-normalised log-prob margin minus a target margin, no reference.",

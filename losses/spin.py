@@ -37,18 +37,20 @@ Inputs and metrics as ``dpo``. Reduction: mean over pairs. TRL has no SPIN train
 from __future__ import annotations
 
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def spin_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     """SPIN's logistic loss against the iterate (the reference)."""
-    inputs.require("spin", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     return dpo_loss(inputs, beta=beta)
 
 
 spec = LossSpec(
-    name="spin",
+    name=NAME,
     fn=spin_loss,
     paradigm="online",
     data="pairs",
@@ -57,7 +59,6 @@ spec = LossSpec(
     generates_own_pairs=True,
     pairs_from_iterate=True,
     chosen_source="gold",
-    defaults={"beta": 0.1},
     paper="arXiv:2401.01335 §4 (SPIN loss, logistic ℓ) and Algorithm 1 (iterations)",
     version=2,
     description="SPIN: DPO of gold answers over the previous iteration's own samples, reference = previous iteration.",

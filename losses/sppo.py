@@ -31,12 +31,14 @@ is tested), which has the same minimiser and twice the gradient.
 from __future__ import annotations
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def sppo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
-    inputs.require("sppo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     chosen, rejected = pair_logratios(inputs)
     target = 1.0 / (2.0 * beta)
     losses = (chosen - target) ** 2 + (rejected + target) ** 2
@@ -44,12 +46,11 @@ def sppo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
 
 
 spec = LossSpec(
-    name="sppo",
+    name=NAME,
     fn=sppo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
-    defaults={"beta": 0.001},
     paper="arXiv:2405.00675 Eq. 4.7 (hard labels P=1/0)",
     version=2,
     description="Self-play preference optimisation (hard labels): regress log-ratios onto +1/(2β) and -1/(2β).",

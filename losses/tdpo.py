@@ -36,8 +36,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 REQUIRED = (
     *("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"),
@@ -56,7 +58,7 @@ def sequential_kl(logits: Tensor, ref_logits: Tensor, mask: Tensor) -> Tensor:
 
 
 def tdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.5, tdpo2: bool = True) -> LossOutput:
-    inputs.require("tdpo", *REQUIRED)
+    inputs.require(NAME, *REQUIRED)
     chosen, rejected = pair_logratios(inputs)
     kl_w = sequential_kl(inputs.chosen_logits, inputs.ref_chosen_logits, inputs.chosen_mask)
     kl_l = sequential_kl(inputs.rejected_logits, inputs.ref_rejected_logits, inputs.rejected_mask)
@@ -68,13 +70,12 @@ def tdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.5, tdpo
 
 
 spec = LossSpec(
-    name="tdpo",
+    name=NAME,
     fn=tdpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
     needs_full_logits=True,
-    defaults={"beta": 0.1, "alpha": 0.5, "tdpo2": True},
     paper="arXiv:2404.11999 (TDPO2)",
     version=1,
     description="TDPO: DPO margin minus the (weighted) difference of token-level KL(ref||policy) on the two responses.",

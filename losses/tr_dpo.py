@@ -27,12 +27,14 @@ from __future__ import annotations
 
 from losses.dpo import dpo_loss
 from losses.reference import mix_reference_, should_sync_reference
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
+
+NAME = loss_name(__name__)
 
 
 def tr_dpo_reference_update(
-    step: int, *, ref_model_sync_steps: int = 512, ref_model_mixup_alpha: float = 0.6, **_
+    step: int, *, ref_model_sync_steps: int, ref_model_mixup_alpha: float, **_
 ) -> float | None:
     """The trainer's hook (``LossSpec.reference_update``): α after every ``ref_model_sync_steps`` steps."""
     return ref_model_mixup_alpha if should_sync_reference(step, ref_model_sync_steps) else None
@@ -46,19 +48,18 @@ def tr_dpo_loss(
     ref_model_sync_steps: int = 512,
 ) -> LossOutput:
     """DPO against the current reference; the two reference knobs are read by the trainer."""
-    inputs.require("tr_dpo", "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
     return dpo_loss(inputs, beta=beta)
 
 
 spec = LossSpec(
-    name="tr_dpo",
+    name=NAME,
     fn=tr_dpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
     updates_reference=True,
     reference_update=tr_dpo_reference_update,
-    defaults={"beta": 0.1, "ref_model_mixup_alpha": 0.6, "ref_model_sync_steps": 512},
     paper="arXiv:2404.09656 (soft/hard reference update) + arXiv:2305.18290 Eq. 7",
     version=1,
     description="TR-DPO: DPO whose reference is pulled towards the policy every ref_model_sync_steps steps.",

@@ -34,8 +34,10 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import masked_mean, pair_logratios, reward_metrics
-from losses.registry import LossSpec
+from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput, Tensor
+
+NAME = loss_name(__name__)
 
 REQUIRED = (
     *("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"),
@@ -53,7 +55,7 @@ def response_weight(token_logps: Tensor, logits: Tensor, mask: Tensor) -> Tensor
 
 
 def wpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require("wpo", *REQUIRED)
+    inputs.require(NAME, *REQUIRED)
     chosen, rejected = pair_logratios(inputs)
     w_c = response_weight(inputs.chosen_token_logps, inputs.chosen_logits, inputs.chosen_mask)
     w_r = response_weight(inputs.rejected_token_logps, inputs.rejected_logits, inputs.rejected_mask)
@@ -65,13 +67,12 @@ def wpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
 
 
 spec = LossSpec(
-    name="wpo",
+    name=NAME,
     fn=wpo_loss,
     paradigm="offline",
     data="pairs",
     needs_reference=True,
     needs_full_logits=True,
-    defaults={"beta": 0.1},
     paper="arXiv:2406.11827 Eq. 2 (sampled alignment)",
     version=1,
     description="WPO: DPO with each pair weighted by the policy's aligned, length-normalised probability of it.",

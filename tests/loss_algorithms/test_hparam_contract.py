@@ -57,3 +57,34 @@ def test_fdpo_with_only_beta_is_reverse_kl_fdpo():
     """The audit's case: fdpo's other hyper-parameters fall back to reverse KL (= DPO) and α = 0.5."""
     fdpo, dpo = losses.get("fdpo"), losses.get("dpo")
     torch.testing.assert_close(fdpo.fn(pair_inputs(), beta=0.3).loss, dpo.fn(pair_inputs(), beta=0.3).loss)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_builtin_writes_its_name_and_defaults_once(name):
+    """A built-in's name is its module's (``NAME = loss_name(__name__)``), its defaults are its ``fn``'s
+    signature (the spec leaves ``defaults`` out), and its hooks declare no defaults of their own: the
+    trainer passes them every resolved hyper-parameter."""
+    spec = losses.get(name)
+    module = inspect.getmodule(spec.fn)
+    assert module.__name__ == f"losses.{name}" and module.NAME == name == spec.name
+    assert spec.defaults == losses.registry.signature_defaults(spec.fn)
+    assert "defaults=" not in inspect.getsource(module).split("spec = LossSpec(", 1)[1]
+    for hook in (spec.batch_stats, spec.reference_update):
+        if hook is not None:
+            params = list(inspect.signature(hook).parameters.values())[1:]
+            assert all(p.default is p.empty for p in params if p.name in spec.defaults), hook
+
+
+def test_a_spec_without_defaults_reads_them_from_its_signature():
+    def fn(inputs, *, beta: float = 0.2, mode: str = "a"):
+        raise AssertionError("never called")
+
+    spec = losses.LossSpec(name="tmp_sig", fn=fn, paradigm="offline", data="pairs", needs_reference=True)
+    assert list(spec.defaults.items()) == [("beta", 0.2), ("mode", "a")]
+    assert spec.resolve_hparams({"beta": 0.3}) == {"beta": 0.3, "mode": "a"}
+    with pytest.raises(losses.LossError, match="unknown hyper-parameter 'gama'"):
+        spec.resolve_hparams({"gama": 1.0})
+    given = losses.LossSpec(
+        name="tmp_sig", fn=fn, paradigm="offline", data="pairs", needs_reference=True, defaults={"beta": 0.2}
+    )
+    assert given.defaults == {"beta": 0.2}  # written out, a spec's defaults are what it says
