@@ -21,9 +21,7 @@ KL, and the trainer must load a reference).
 Deviation from oxRL: oxRL clips two-sided to ``[1−0.2, 1+0.2]`` and multiplies the log-ratio;
 the log-ratio has the same gradient as ``log π``, but the loss values differ.
 
-``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
-before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
-:func:`losses._online.add_entropy_bonus`).
+``entropy_coef`` (default 0: no term): the GRPO family's entropy term, :mod:`losses._grpo_family`.
 """
 
 from __future__ import annotations

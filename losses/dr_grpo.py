@@ -27,27 +27,13 @@ on ``ref_token_logps`` is added per token before the same reduction, as TRL does
 trainer must then load a reference: ``needs_reference`` is False).
 Deviation: flat groups get advantage exactly 0 (TRL: ~1e-8 residue).
 
-``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
-before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
-:func:`losses._online.add_entropy_bonus`).
-
-``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
-for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
-or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
-:func:`losses._online.corrected_ratio`.
+The per-token pipeline (the ratio and its ``is_correction``/``is_cap``, the clip, ``beta``'s k3 KL,
+``entropy_coef``) is the GRPO family's: :mod:`losses._grpo_family`.
 """
 
 from __future__ import annotations
 
-from losses._online import (
-    add_entropy_bonus,
-    add_k3_kl,
-    apply_weight,
-    clipped_surrogate,
-    corrected_ratio,
-    group_advantages,
-    online_metrics,
-)
+from losses._grpo_family import rollout_advantages, token_losses
 from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
 
@@ -78,16 +64,12 @@ def dr_grpo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
+    adv = rollout_advantages(inputs, NAME, scale=False)
     length = generation_limit(inputs, max_completion_length)
-    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=False)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
-    per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
-    per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
-    loss = (per_token * inputs.mask).sum() / (inputs.mask.size(0) * length)
-    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
+    per_token, metrics = token_losses(
+        inputs, NAME, adv, epsilon, epsilon_high, beta, entropy_coef, is_correction, is_cap
+    )
+    return LossOutput((per_token * inputs.mask).sum() / (inputs.mask.size(0) * length), metrics)
 
 
 spec = LossSpec(

@@ -22,31 +22,14 @@ Deviations: TRL multiplies the KL term by the importance ratio by default
 (``use_bias_correction_kl=True``); the paper does not, nor do we. A group whose rewards are all
 equal gets advantage exactly 0 (TRL leaves a ~1e-8/1e-4 rounding residue).
 
-The helpers every online loss shares (advantages, ratios, clipping, KL, metrics, staleness) are
-in ``losses/_online.py``.
-
-``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
-before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
-:func:`losses._online.add_entropy_bonus`).
-
-``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
-for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
-or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
-:func:`losses._online.corrected_ratio`.
+The per-token pipeline (the ratio and its ``is_correction``/``is_cap``, the clip, ``beta``'s k3 KL,
+``entropy_coef``) is the GRPO family's: :mod:`losses._grpo_family`.
 """
 
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses._online import (
-    add_entropy_bonus,
-    add_k3_kl,
-    apply_weight,
-    clipped_surrogate,
-    corrected_ratio,
-    group_advantages,
-    online_metrics,
-)
+from losses._grpo_family import rollout_advantages, token_losses
 from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
 
@@ -63,15 +46,11 @@ def grpo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
-    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
-    per_token, clipped = clipped_surrogate(ratio, adv[:, None], epsilon, epsilon_high)
-    per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
-    loss = masked_mean(per_token, inputs.mask).mean()
-    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
+    adv = rollout_advantages(inputs, NAME, scale=True)
+    per_token, metrics = token_losses(
+        inputs, NAME, adv, epsilon, epsilon_high, beta, entropy_coef, is_correction, is_cap
+    )
+    return LossOutput(masked_mean(per_token, inputs.mask).mean(), metrics)
 
 
 spec = LossSpec(

@@ -18,9 +18,7 @@ load a reference: ``needs_reference`` is False).
 ``clip_frac`` and ``ratio_mean`` are over responses. On-policy ``s_i = 1`` with gradient
 ``mean_t ∇log π_θ(o_{i,t})``.
 
-``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
-before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
-:func:`losses._online.add_entropy_bonus`).
+``entropy_coef`` (default 0: no term): the GRPO family's entropy term, :mod:`losses._grpo_family`.
 """
 
 from __future__ import annotations

@@ -24,30 +24,16 @@ Deviations from oxRL: broadcast on by default (see above); ``clip_frac`` counts 
 whose gradient the clip zeroes (TRL's region definition), oxRL counts every ratio outside
 ``[1−ε, 1+ε]``; the entropy bonus is off by default, as oxRL's ``entropy_coeff`` (0).
 
-``entropy_coef`` (default 0: no term) subtracts ``entropy_coef·H_t`` from every response token's loss
-before aggregation, H_t the policy's next-token entropy (verl's ``entropy_coeff``;
-:func:`losses._online.add_entropy_bonus`).
-
-``is_correction`` (default ``none``: the coupled clip against the behaviour policy, as before) corrects
-for stale rollouts with ``tis_token``, ``tis_sequence`` (truncated importance sampling, cap ``is_cap``)
-or ``decoupled`` (AReaL's decoupled PPO, tokens above ``is_cap`` masked): see
-:func:`losses._online.corrected_ratio`.
+The per-token pipeline (the ratio and its ``is_correction``/``is_cap``, the clip, ``beta``'s k3 KL,
+``entropy_coef``) is the GRPO family's: :mod:`losses._grpo_family`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from losses._online import (
-    add_entropy_bonus,
-    add_k3_kl,
-    apply_weight,
-    clipped_surrogate,
-    corrected_ratio,
-    group_advantages,
-    online_metrics,
-    token_mean,
-)
+from losses._grpo_family import rollout_advantages, token_losses
+from losses._online import token_mean
 from losses.registry import LossSpec, loss_name
 from losses.types import LossInputs, LossOutput
 
@@ -80,16 +66,13 @@ def sgrpo_loss(
     is_correction: str = "none",
     is_cap: float = 2.0,
 ) -> LossOutput:
-    inputs.require(NAME, "token_logps", "mask", "rewards", "group_ids")
-    adv = group_advantages(inputs.rewards, inputs.group_ids, scale=True, eps=ADV_EPS)
+    adv = rollout_advantages(inputs, NAME, scale=True, eps=ADV_EPS)
     token_adv = token_advantages(adv, inputs.mask, reward_broadcast)
-    ratio, weight = corrected_ratio(inputs, is_correction, is_cap, NAME)
-    per_token, clipped = clipped_surrogate(ratio, token_adv, epsilon, epsilon_high)
-    per_token = apply_weight(per_token, weight)
-    per_token, kl = add_k3_kl(per_token, inputs, beta, NAME)
-    per_token = add_entropy_bonus(per_token, inputs, entropy_coef, NAME)
+    per_token, metrics = token_losses(
+        inputs, NAME, adv, epsilon, epsilon_high, beta, entropy_coef, is_correction, is_cap, token_adv
+    )
     loss = token_mean(per_token, inputs.mask, inputs)  # over every response token of the rollout batch
-    return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
+    return LossOutput(loss, metrics)
 
 
 spec = LossSpec(
