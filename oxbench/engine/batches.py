@@ -102,37 +102,39 @@ def build_offline_inputs(
             return seq, tok, None
         return None, None, None
 
-    inp = LossInputs()
-    if kind == "sft":
-        logp, mask = pol["main"][:2]
-        inp.token_logps, inp.mask, inp.logps = logp, mask, logp.sum(-1)
-        return inp
     if kind == "pairs":
-        for role in ("chosen", "rejected"):
-            logp, mask = pol[role][:2]
-            setattr(inp, f"{role}_logps", logp.sum(-1))
-            setattr(inp, f"{role}_token_logps", logp)
-            setattr(inp, f"{role}_mask", mask)
-            if needs_full_logits:
-                setattr(inp, f"{role}_logits", pol[role][2])
-            seq, tok, logits = ref(role)
-            if seq is not None:
-                setattr(inp, f"ref_{role}_logps", seq)
-                setattr(inp, f"ref_{role}_token_logps", tok)
-                if logits is not None:
-                    setattr(inp, f"ref_{role}_logits", logits)
-        rewards = [e.get("chosen_reward") for e in chunk], [e.get("rejected_reward") for e in chunk]
-        if all(r is not None for r in rewards[0] + rewards[1]):
-            dev = inp.chosen_logps.device
-            inp.chosen_rewards = torch.tensor(rewards[0], dtype=torch.float32, device=dev)
-            inp.rejected_rewards = torch.tensor(rewards[1], dtype=torch.float32, device=dev)
-        return inp
-    # unpaired
+        return _pair_inputs(pol, ref, chunk, needs_full_logits)
+    inp = LossInputs()
     logp, mask = pol["main"][:2]
     inp.token_logps, inp.mask, inp.logps = logp, mask, logp.sum(-1)
-    inp.labels = torch.tensor([e["label"] for e in chunk], dtype=torch.bool, device=logp.device)
+    if kind == "sft":
+        return inp
+    inp.labels = torch.tensor([e["label"] for e in chunk], dtype=torch.bool, device=logp.device)  # unpaired
     inp.kl_logps = pol["kl"][0].sum(-1)
-    seq, _, _ = ref("main")
-    kl_seq, _, _ = ref("kl")
-    inp.ref_logps, inp.ref_kl_logps = seq, kl_seq
+    inp.ref_logps, inp.ref_kl_logps = ref("main")[0], ref("kl")[0]
+    return inp
+
+
+def _pair_inputs(pol: dict, ref, chunk: list[dict], needs_full_logits: bool) -> LossInputs:
+    """LossInputs of a pairs micro-batch: each role's policy values, its reference's, and the pairs'
+    rewards when every example carries them."""
+    inp = LossInputs()
+    for role in ("chosen", "rejected"):
+        logp, mask = pol[role][:2]
+        setattr(inp, f"{role}_logps", logp.sum(-1))
+        setattr(inp, f"{role}_token_logps", logp)
+        setattr(inp, f"{role}_mask", mask)
+        if needs_full_logits:
+            setattr(inp, f"{role}_logits", pol[role][2])
+        seq, tok, logits = ref(role)
+        if seq is not None:
+            setattr(inp, f"ref_{role}_logps", seq)
+            setattr(inp, f"ref_{role}_token_logps", tok)
+            if logits is not None:
+                setattr(inp, f"ref_{role}_logits", logits)
+    rewards = [e.get("chosen_reward") for e in chunk], [e.get("rejected_reward") for e in chunk]
+    if all(r is not None for r in rewards[0] + rewards[1]):
+        dev = inp.chosen_logps.device
+        inp.chosen_rewards = torch.tensor(rewards[0], dtype=torch.float32, device=dev)
+        inp.rejected_rewards = torch.tensor(rewards[1], dtype=torch.float32, device=dev)
     return inp

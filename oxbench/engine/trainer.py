@@ -236,14 +236,55 @@ def train_offline(
 
     With ``ckpt`` the run resumes from its latest checkpoint (the seed fixes the data order, so the
     step is the position) and offers one at every step boundary (:mod:`oxbench.engine.checkpoint`)."""
-    t, seeds, res = cfg.train, cfg.seeds(), TrainResult()
-    start = time.time()
-    examples = encode_examples(spec.data, rows, tokenizer, cfg.data.max_len, kl_seed=seeds["data"])
+    t, res, start = cfg.train, TrainResult(), time.time()
+    examples = encode_examples(spec.data, rows, tokenizer, cfg.data.max_len, kl_seed=cfg.seeds()["data"])
     if not examples:
         raise RuntimeError(f"run {run}: no training examples for data kind {spec.data!r}")
-    ws, rk = D.world_size(), D.rank()
-    sampler = make_sampler(len(examples), seed=seeds["data"], rank=rk, world_size=ws)
-    micro = []  # (epoch, [example indices]) in the order consumed
+    micro, n_steps, res.data_order_sha = _offline_schedule(cfg, examples, run)
+    engine, live_ref, ref_cache = _offline_models(
+        cfg, spec, model, tokenizer, examples, n_steps, run, ref_key
+    )
+    state = LossState(spec)
+    saved = _resume(ckpt, engine, res, logger, state, live_ref)
+    step = saved["step"] if saved else 0
+
+    def snapshot() -> dict:
+        return {"engine": C.engine_state(engine), "rng": C.rng_state(), "loss_state": state.value,
+                "live_ref": None if live_ref is None else live_ref.model.state_dict(), "step": step,
+                "history": res.history, "compute": res.compute}  # fmt: skip
+
+    engine.train()
+    micro_metrics, tokens, step_start, first = [], 0, time.time(), step
+    with C.checkpointable() if ckpt is not None else contextlib.nullcontext():
+        todo = progress(micro[step * t.grad_accum :], f"{run}: train (micro-batches)", enabled=D.is_main())
+        for i, (epoch, mb) in enumerate(todo):
+            chunk = [examples[j] for j in mb]
+            tokens += sum(len(ex[role][0]) for ex in chunk for role in ROLES[spec.data])
+            inputs = build_offline_inputs(spec.data, engine, chunk, tokenizer.pad_token_id, ref_cache=ref_cache,
+                                          live_ref=live_ref, needs_full_logits=spec.needs_full_logits)  # fmt: skip
+            if i == first == 0 and ref_cache is not None and t.check_reference:
+                _check_reference_equal(inputs, spec.data, run)
+            gn, boundary = _offline_micro_step(spec, hparams, engine, inputs, state, step / n_steps, micro_metrics,
+                                               run, step)  # fmt: skip
+            if boundary:
+                step += 1
+                _offline_log(res, logger, engine, step, n_steps, t.log_every, micro_metrics, tokens, step_start,
+                             {"epoch": epoch, "elapsed": time.time() - start}, gn)  # fmt: skip
+                micro_metrics, tokens, step_start = [], 0, time.time()
+                _maybe_update_reference(spec, hparams, live_ref, engine, step)
+                if ckpt is not None:
+                    ckpt.boundary(step, snapshot, last=step == n_steps)
+    res.optimizer_steps, res.seconds = step, time.time() - start
+    res.loss_state = state.as_dict()
+    return engine, res
+
+
+def _offline_schedule(cfg: RunConfig, examples: list[dict], run: str) -> tuple[list, int, str]:
+    """The micro-batches in the order consumed (``(epoch, [example indices])``, this rank's), the
+    optimiser steps they make (at most ``train.max_steps``) and the digest of every rank's order."""
+    t, seed, ws = cfg.train, cfg.seeds()["data"], D.world_size()
+    sampler = make_sampler(len(examples), seed=seed, rank=D.rank(), world_size=ws)
+    micro = []
     for epoch in range(t.epochs):
         idx = epoch_indices(sampler, epoch)
         micro += [(epoch, idx[i : i + t.batch_size]) for i in range(0, len(idx), t.batch_size)]
@@ -259,75 +300,48 @@ def train_offline(
     consumed = [
         examples[i]["id"] for part in D.all_gather_objects([i for _, m in micro for i in m]) for i in part
     ]
-    res.data_order_sha = order_sha(consumed)
+    return micro, n_steps, order_sha(consumed)
 
+
+def _offline_models(cfg, spec: LossSpec, model, tokenizer, examples, n_steps: int, run: str, ref_key):
+    """(engine, live reference or None, reference cache or None): a frozen copy for a reference that
+    moves or whose full logits the loss reads, else the initial policy's log-probs cached once."""
     live_ref = ref_cache = None
     needs_live = spec.updates_reference or spec.needs_full_logits
     if spec.needs_reference and needs_live:
         live_ref = LiveReference(model)
     engine = build_engine(model, cfg, n_steps)
     if spec.needs_reference and not needs_live:
-        ref_cache = RefCache.build(
-            engine.module,
-            examples,
-            ROLES[spec.data],
-            tokenizer.pad_token_id,
-            key_parts=ref_key or {"run": run},
-        )
-    state = LossState(spec)
-    saved = _resume(ckpt, engine, res, logger, state, live_ref)
-    step = saved["step"] if saved else 0
+        ref_cache = RefCache.build(engine.module, examples, ROLES[spec.data], tokenizer.pad_token_id,
+                                   key_parts=ref_key or {"run": run})  # fmt: skip
+    return engine, live_ref, ref_cache
 
-    def snapshot() -> dict:
-        return {"engine": C.engine_state(engine), "rng": C.rng_state(), "loss_state": state.value,
-                "live_ref": None if live_ref is None else live_ref.model.state_dict(), "step": step,
-                "history": res.history, "compute": res.compute}  # fmt: skip
 
-    engine.train()
-    micro_metrics, tokens, step_start, first = [], 0, time.time(), step
-    todo = micro[step * t.grad_accum :]
-    with C.checkpointable() if ckpt is not None else contextlib.nullcontext():
-        for i, (epoch, mb) in enumerate(progress(todo, f"{run}: train (micro-batches)", enabled=D.is_main())):
-            chunk = [examples[j] for j in mb]
-            tokens += sum(len(ex[role][0]) for ex in chunk for role in ROLES[spec.data])
-            inputs = build_offline_inputs(
-                spec.data,
-                engine,
-                chunk,
-                tokenizer.pad_token_id,
-                ref_cache=ref_cache,
-                live_ref=live_ref,
-                needs_full_logits=spec.needs_full_logits,
-            )
-            if i == first == 0 and ref_cache is not None and t.check_reference:
-                _check_reference_equal(inputs, spec.data, run)
-            inputs.progress, inputs.state = step / n_steps, state.value
-            out = spec.fn(inputs, **hparams)
-            check_finite(out, run, step)
-            state.offer(out.state)
-            engine.backward(out.loss)
-            boundary = engine.is_gradient_accumulation_boundary()
-            gn = grad_norm(engine) if boundary else None
-            engine.step()
-            micro_metrics.append({"loss": out.loss.item(), **out.metrics})
-            if boundary:
-                step += 1
-                state.commit()
-                ledger = {
-                    "trained_tokens": sum(D.all_gather_objects(tokens)),
-                    "train_seconds": time.time() - step_start,
-                }
-                cumulative = _add(res.compute, **ledger)
-                if step % t.log_every == 0 or step == n_steps:
-                    extra = {"epoch": epoch, "elapsed": time.time() - start, **ledger, **cumulative}
-                    _log(res.history, logger, engine, step, micro_metrics, extra, gn)
-                micro_metrics, tokens, step_start = [], 0, time.time()
-                _maybe_update_reference(spec, hparams, live_ref, engine, step)
-                if ckpt is not None:
-                    ckpt.boundary(step, snapshot, last=step == n_steps)
-    res.optimizer_steps, res.seconds = step, time.time() - start
-    res.loss_state = state.as_dict()
-    return engine, res
+def _offline_micro_step(spec, hparams, engine, inputs, state: LossState, progress_: float, metrics: list,
+                        run: str, step: int) -> tuple[float | None, bool]:  # fmt: skip
+    """The loss on one micro-batch, its backward and DeepSpeed's step (an optimiser step at the
+    accumulation boundary). Returns (the gradient norm at a boundary, whether it was one)."""
+    inputs.progress, inputs.state = progress_, state.value
+    out = spec.fn(inputs, **hparams)
+    check_finite(out, run, step)
+    state.offer(out.state)
+    engine.backward(out.loss)
+    boundary = engine.is_gradient_accumulation_boundary()
+    gn = grad_norm(engine) if boundary else None
+    engine.step()
+    metrics.append({"loss": out.loss.item(), **out.metrics})
+    if boundary:
+        state.commit()
+    return gn, boundary
+
+
+def _offline_log(res, logger, engine, step, n_steps, log_every, micro_metrics, tokens, step_start, extra, gn):
+    """An optimiser step's ledger (trained tokens over every rank, seconds), added to the run's compute;
+    its metrics row every ``log_every`` steps and at the last."""
+    ledger = {"trained_tokens": sum(D.all_gather_objects(tokens)), "train_seconds": time.time() - step_start}
+    cumulative = _add(res.compute, **ledger)
+    if step % log_every == 0 or step == n_steps:
+        _log(res.history, logger, engine, step, micro_metrics, {**extra, **ledger, **cumulative}, gn)
 
 
 def _check_reference_equal(inputs: LossInputs, kind: str, run: str) -> None:

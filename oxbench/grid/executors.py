@@ -308,40 +308,60 @@ def run_local(
     its own, and that model's cells join the queue as soon as it is done, so the small scales
     train while the largest is still pre-training. A failed preparation is reported through
     ``on_prepared``; its cells still run and fail with the full error in their records."""
-    groups = _shared_groups(cells)
-    by_model: dict[str, list[RunConfig]] = {}
-    for c in cells:
-        by_model.setdefault(c.model.name, []).append(c)
+    pool = _LocalPool(cells, out, workers, nproc, warm)
+    threads = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        return pool.drive(threads, on_done, on_prepared)
+    except BaseException:  # Ctrl-C (or an error): stop the grid now, not after every queued cell
+        threads.shutdown(wait=False, cancel_futures=True)  # queued cells never start
+        for w in pool.slots:
+            w.interrupt()  # running cells end; they checkpoint and record preempted; a rerun resumes them
+        interrupt_subprocesses()
+        raise
+    finally:
+        threads.shutdown(wait=True)
+        for w in pool.slots:
+            w.close()
 
-    def prepare(group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
+
+class _LocalPool:
+    """:func:`run_local`'s parts: the shared preparations, the warm slots, and the loop over both."""
+
+    def __init__(self, cells: list[RunConfig], out: Path, workers: int, nproc: int, warm: bool):
+        self.out, self.workers, self.nproc, self.warm = out, workers, nproc, warm
+        self.groups = _shared_groups(cells)
+        self.by_model: dict[str, list[RunConfig]] = {}
+        for c in cells:
+            self.by_model.setdefault(c.model.name, []).append(c)
+        self.idle: queue.Queue[WarmWorker] = queue.Queue()
+        self.slots = [WarmWorker(workers) for _ in range(max(1, workers))]
+        for w in self.slots:
+            self.idle.put(w)
+
+    def prepare(self, group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
         from oxbench.grid.runner import is_prepared
 
         # preparations run side by side only with each other (cells wait for theirs): share the cores
         # among them (a lone base model pre-trains on every core; its weights are the same either way)
-        share = min(max(1, workers), len(groups))
-        return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, out, share))) for c in group]
+        share = min(max(1, self.workers), len(self.groups))
+        return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, self.out, share))) for c in group]
 
-    idle: queue.Queue[WarmWorker] = queue.Queue()
-    slots = [WarmWorker(workers) for _ in range(max(1, workers))]
-    for w in slots:
-        idle.put(w)
-
-    def run_cell_process(c: RunConfig) -> dict:
+    def run_cell(self, c: RunConfig) -> dict:
         try:
-            if nproc > 1 or not warm:  # a torchrun world, or asked for: a fresh process per cell
-                return run_subprocess(c, out, nproc, workers)
-            w = idle.get()
+            if self.nproc > 1 or not self.warm:  # a torchrun world, or asked for: a fresh process per cell
+                return run_subprocess(c, self.out, self.nproc, self.workers)
+            w = self.idle.get()
             try:
-                return w.run(c, out)
+                return w.run(c, self.out)
             finally:
-                idle.put(w)
+                self.idle.put(w)
         except OSError as exc:  # its run directory cannot be written (a full disk, a read-only mount)
             return unwritable_record(c, exc)
 
-    results = []
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    try:
-        pending = {pool.submit(prepare, g): ("prepare", m) for m, g in groups.items()}
+    def drive(self, threads: ThreadPoolExecutor, on_done, on_prepared) -> list[dict]:
+        """Preparations first; each model's cells queued as its preparation ends; records in finishing order."""
+        results = []
+        pending = {threads.submit(self.prepare, g): ("prepare", m) for m, g in self.groups.items()}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
@@ -350,24 +370,14 @@ def run_local(
                     for c, secs, err in fut.result():
                         if on_prepared:
                             on_prepared(c, secs, err)
-                    for c in by_model[item]:
-                        pending[pool.submit(run_cell_process, c)] = ("cell", c)
+                    for c in self.by_model[item]:
+                        pending[threads.submit(self.run_cell, c)] = ("cell", c)
                     continue
                 rec = fut.result()
                 results.append(rec)
                 if on_done:
                     on_done(item, rec)
-    except BaseException:  # Ctrl-C (or an error): stop the grid now, not after every queued cell
-        pool.shutdown(wait=False, cancel_futures=True)  # queued cells never start
-        for w in slots:
-            w.interrupt()  # running cells end; they checkpoint and record preempted; a rerun resumes them
-        interrupt_subprocesses()
-        raise
-    finally:
-        pool.shutdown(wait=True)
-        for w in slots:
-            w.close()
-    return results
+        return results
 
 
 class CellPreempted(RuntimeError):

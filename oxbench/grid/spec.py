@@ -186,6 +186,38 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     for name, values in grid.axes.items():
         if not values:
             raise GridError(f"{where}: axis {name!r} has no values")
+    _check_methods(grid, where)
+    checks = (
+        [Constraint(t, f"{where}: budget.constraints") for t in grid.budget.constraints]
+        if grid.budget
+        else []
+    )
+    names = list(grid.axes)
+    # the axes that tell one arm from another (scale, method and LoRA are always in an arm)
+    arm_keys = [
+        paths[n] for n in names if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
+    ]
+    variants = [{_axis_path(k, where): v for k, v in bundle.items()} for bundle in grid.variants] or [{}]
+    if len(variants) > 1:
+        arm_keys += sorted({k for bundle in variants for k in bundle} - set(arm_keys))
+    cells = []
+    for bundle, combo in itertools.product(variants, itertools.product(*(grid.axes[n] for n in names))):
+        values = {**bundle, **{paths[n]: v for n, v in zip(names, combo)}}
+        cfg = _cell(grid, values, arm_keys, checks, where)
+        if cfg is not None:
+            cells.append(cfg)
+    if not cells:
+        raise GridError(f"{where}: budget.constraints leave no cell")
+    _check_overrides_match(grid, cells, where)
+    ids = [c.run_id() for c in cells]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
+    return cells
+
+
+def _check_methods(grid: GridFile, where: str) -> None:
+    """Every method the grid names is registered (else the closest registered name)."""
     import losses
 
     known = set(losses.names())
@@ -195,52 +227,34 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
             close = difflib.get_close_matches(str(m), sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise GridError(f"{where}: unknown method {m!r}{hint}")
-    checks = (
-        [Constraint(text, f"{where}: budget.constraints") for text in grid.budget.constraints]
-        if grid.budget
-        else []
+
+
+def _cell(grid: GridFile, values: dict, arm_keys: list[str], checks: list, where: str) -> RunConfig | None:
+    """One cell: the base, its scale's and method's overrides, then the axis ``values``; validated.
+    None when a budget constraint leaves it out."""
+    scale = values.get("model.name", grid.base.get("model", {}).get("name"))
+    method = values.get("method", grid.base.get("method", "sft"))
+    raw = _merge(
+        _merge({"grid": grid.name, **grid.base}, grid.scales.get(scale, {})), grid.methods.get(method, {})
     )
-    cells = []
-    names = list(grid.axes)
-    # the axes that tell one arm from another (scale, method and LoRA are always in an arm)
-    arm_keys = [
-        paths[n] for n in names if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
-    ]
-    variants = [{_axis_path(k, where): v for k, v in bundle.items()} for bundle in grid.variants] or [{}]
-    if len(variants) > 1:
-        arm_keys += sorted({k for bundle in variants for k in bundle} - set(arm_keys))
-    for bundle, combo in itertools.product(variants, itertools.product(*(grid.axes[n] for n in names))):
-        values = {**bundle, **{paths[n]: v for n, v in zip(names, combo)}}
-        scale = values.get("model.name", grid.base.get("model", {}).get("name"))
-        method = values.get("method", grid.base.get("method", "sft"))
-        raw = _merge({"grid": grid.name, **grid.base}, grid.scales.get(scale, {}))
-        raw = _merge(raw, grid.methods.get(method, {}))
-        try:
-            for p, v in values.items():
-                _set(raw, p, _coerce(p, v))
-        except (TypeError, ValueError) as exc:
-            raise GridError(f"{where}: {exc}") from None
-        raw["arm_keys"] = list(arm_keys)
-        cell = f"{where} (cell {method}/{scale or 'tiny-xs'})"  # no model named: the default model
-        over = _apply_budget(raw, grid.budget, cell) if grid.budget else None
-        try:
-            cfg = RunConfig(**raw)
-        except ValidationError as exc:
-            raise GridError(format_validation_error(exc, cell)) from None
-        if not all(c.holds(cfg) for c in checks):
-            continue
-        if over:
-            raise GridError(over)
-        validate_cell(cfg, cell)
-        cells.append(cfg)
-    if not cells:
-        raise GridError(f"{where}: budget.constraints leave no cell")
-    _check_overrides_match(grid, cells, where)
-    ids = [c.run_id() for c in cells]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
-    return cells
+    try:
+        for p, v in values.items():
+            _set(raw, p, _coerce(p, v))
+    except (TypeError, ValueError) as exc:
+        raise GridError(f"{where}: {exc}") from None
+    raw["arm_keys"] = list(arm_keys)
+    cell = f"{where} (cell {method}/{scale or 'tiny-xs'})"  # no model named: the default model
+    over = _apply_budget(raw, grid.budget, cell) if grid.budget else None
+    try:
+        cfg = RunConfig(**raw)
+    except ValidationError as exc:
+        raise GridError(format_validation_error(exc, cell)) from None
+    if not all(c.holds(cfg) for c in checks):
+        return None
+    if over:
+        raise GridError(over)
+    validate_cell(cfg, cell)
+    return cfg
 
 
 def _check_overrides_match(grid: GridFile, cells: list[RunConfig], where: str) -> None:
