@@ -100,10 +100,15 @@ def check_dir_name(name: str, field: str) -> str:
     return name
 
 
-def renamed(default: Any, old: str, new: str) -> Any:
+def renamed(default: Any, old: str, new: str, *, added_later: bool = False) -> Any:
     """A setting renamed from ``old`` to ``new``: recipes may still spell it ``old``; records show
-    ``new``; hashes (:meth:`Strict.hash_view`) use ``old``, so run_ids and caches do not change."""
-    return Field(default, validation_alias=AliasChoices(new, old), serialization_alias=old)
+    ``new``; hashes (:meth:`Strict.hash_view`) use ``old``, so run_ids and caches do not change.
+    ``added_later``: ``old`` itself was :func:`added` after runs were recorded, so it still enters
+    hashes only when set to something else than ``default``."""
+    extra = {"added": True} if added_later else None
+    return Field(
+        default, validation_alias=AliasChoices(new, old), serialization_alias=old, json_schema_extra=extra
+    )
 
 
 class LoraConfig(Strict):
@@ -384,8 +389,9 @@ class OnlineConfig(Strict):
     source: Literal["sync", "delayed", "async"] = added("sync")
     staleness: int = added(0)  # S, for source delayed or async
     queue_size: int = added(2)  # async: finished rounds the producer may hold ready
-    # the diagnostics' importance-weight cap: is_truncated is the share of response tokens above it
-    is_cap: float = added(2.0)
+    # the diagnostics' importance-weight cap: is_truncated is the share of response tokens above it. Not
+    # the loss's TIS cap (loss.is_cap, a hyper-parameter of the GRPO family); first named online.is_cap
+    diagnostic_is_cap: float = renamed(2.0, "is_cap", "diagnostic_is_cap", added_later=True)
     collapse: CollapseConfig | None = added(None)  # detect collapse (and stop there); None: off
     # VCPO's ESS-scaled LR: each step's LR times min(1, ESS / ess_lr_base) (linear) or its sqrt
     ess_lr: Literal["none", "sqrt", "linear"] = added("none")
@@ -419,7 +425,7 @@ class OnlineConfig(Strict):
             raise ValueError(f"vllm_devices must list GPU indices >= 0, got {v}")
         return v
 
-    @field_validator("is_cap", "ess_lr_base")
+    @field_validator("diagnostic_is_cap", "ess_lr_base")
     @classmethod
     def _positive_finite(cls, v, info):
         if not (math.isfinite(v) and v > 0):

@@ -75,3 +75,39 @@ def test_pretrain_cache_key_is_unchanged_by_the_rename():
     task = {"name": "arith", "n_ops": 2, "max_operand": 12}
     assert PretrainConfig(scale="tiny-m", task=task).key() == "8af21e12fd15"
     assert PretrainConfig(scale="tiny-m", task=task, updates=601).key() != "8af21e12fd15"
+
+
+def test_the_diagnostics_cap_is_diagnostic_is_cap_and_keeps_its_hash():
+    """``online.is_cap`` (the diagnostics' importance-weight cap) is ``online.diagnostic_is_cap``, so it is
+    not mistaken for ``loss.is_cap`` (the corrections' cap). Added after runs were recorded, it enters
+    hashes, under its old name, only away from its default."""
+    old, new = RunConfig(online={"is_cap": 3.0}), RunConfig(online={"diagnostic_is_cap": 3.0})
+    assert old == new and old.run_id() == new.run_id() and new.online.diagnostic_is_cap == 3.0
+    assert new.identity()["online"]["is_cap"] == 3.0 and "diagnostic_is_cap" not in new.identity()["online"]
+    assert (
+        new.model_dump()["online"]["diagnostic_is_cap"] == 3.0 and "is_cap" not in new.model_dump()["online"]
+    )
+    default = RunConfig()
+    assert "is_cap" not in default.identity()["online"] and default.online.diagnostic_is_cap == 2.0
+    assert RunConfig(online={"is_cap": 2.0}).run_id() == default.run_id()
+    with pytest.raises(ValidationError) as exc:
+        RunConfig(online={"is_cap": 3.0, "diagnostic_is_cap": 3.0})
+    assert "'diagnostic_is_cap' is given twice" in format_validation_error(exc.value, "g.yaml")
+    for spelling in ("diagnostic_is_cap", "is_cap"):
+        with pytest.raises(ValidationError) as exc:
+            RunConfig(online={spelling: 0.0})
+        line = format_validation_error(exc.value, "g.yaml")
+        assert (
+            f"online.{spelling}" in line
+            and "diagnostic_is_cap" in line
+            and "must be a finite number > 0" in line
+        )
+
+
+def test_committed_staleness_records_recompute_their_run_id_after_the_cap_rename():
+    for path in sorted((ROOT / "results" / "staleness").glob("*/run.json"))[:3]:
+        rec = json.loads(path.read_text())
+        assert rec["config"]["online"]["is_cap"] == 2.0  # written before the rename
+        cfg = RunConfig.model_validate(rec["config"])
+        assert cfg.online.diagnostic_is_cap == 2.0
+        assert cfg.run_id() == rec["run_id"] == path.parent.name

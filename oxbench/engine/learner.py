@@ -119,7 +119,7 @@ class Learner:
     micro_batches: int  # per rank
     run: str
     state: LossState = None
-    is_cap: float = 2.0  # the importance weight above which the diagnostics count a token as truncated
+    diagnostic_is_cap: float = 2.0  # the diagnostics count a token above this importance weight as truncated
     ess_lr: str = "none"  # VCPO's ESS-scaled learning rate: none, sqrt or linear in min(1, ESS / ess_lr_base)
     ess_lr_base: float = 1.0
     share_prompt: bool = False  # forward each prompt once and its completions on its KV cache
@@ -205,7 +205,9 @@ class Learner:
             self.engine.backward(out.loss * 0.0 if tied else out.loss)
             if not self.spec.generates_own_pairs:
                 sums.append(
-                    diag.weight_sums(inputs.token_logps, inputs.old_token_logps, inputs.mask, self.is_cap)
+                    diag.weight_sums(
+                        inputs.token_logps, inputs.old_token_logps, inputs.mask, self.diagnostic_is_cap
+                    )
                 )
             scaled = None
             if m == self.micro_batches - 1:

@@ -463,8 +463,8 @@ class OnlineLoop:
                                     backend="hf" if o.source == "async" else o.backend)  # fmt: skip
         self.engine = build_engine(model, cfg, self.n_updates, grad_accum=micro)
         self.learner = Learner(spec, hparams, self.engine, tokenizer, self.live_ref, self.worker.max_len,
-                               o.max_new_tokens, micro, run, is_cap=o.is_cap, ess_lr=o.ess_lr,
-                               ess_lr_base=o.ess_lr_base, share_prompt=o.share_prompt)  # fmt: skip
+                               o.max_new_tokens, micro, run, diagnostic_is_cap=o.diagnostic_is_cap,
+                               ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base, share_prompt=o.share_prompt)  # fmt: skip
         self.sampler = make_sampler(len(prompts), seed=seeds["data"], rank=self.rk, world_size=self.ws)
         self.detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
         self.consumed: list[str] = []
