@@ -129,6 +129,14 @@ class Learner:
     def __post_init__(self):
         self.state = self.state or LossState(self.spec)
 
+    def state_dict(self) -> dict:
+        """What the learner carries across optimiser steps, for a checkpoint: the loss's state and the
+        last step's gradient (for the next step's gradient cosine)."""
+        return {"loss_state": self.state.value, "prev_grad": self._prev_grad}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.state.value, self._prev_grad = saved["loss_state"], saved["prev_grad"]
+
     @property
     def split(self) -> bool:
         return self.micro_batches * D.world_size() > 1

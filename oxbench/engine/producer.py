@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from oxbench.engine.sources.asynchronous import RoundPlan
+
 
 def publish(shared: dict[str, torch.Tensor], state: dict[str, torch.Tensor], version, new: int, lock) -> None:
     """Copy the learner's weights into the shared tensors and announce them as version ``new``."""
@@ -25,22 +27,17 @@ def publish(shared: dict[str, torch.Tensor], state: dict[str, torch.Tensor], ver
         version.value = new
 
 
-def produce(model, tokenizer, shared, version, lock, queue, stop, job: dict) -> None:
-    """The producer's loop (the spawn target). ``job``: rounds (a list of each round's prompt rows),
-    n, temperature, max_new_tokens, seeds (one sampling seed per round), reward_fn, inner_epochs,
-    staleness, max_len, backend, vllm (the server's placement), threads, first_round (the round a resumed
-    run starts at)."""
+def produce(model, tokenizer, shared, version, lock, queue, stop, job: RoundPlan) -> None:
+    """The producer's loop (the spawn target), generating ``job``'s rounds from ``job.first_round`` on."""
     from oxbench.engine.rollout import RolloutWorker
 
-    torch.set_num_threads(job["threads"])
-    worker = RolloutWorker(
-        model, tokenizer, max_len=job["max_len"], backend=job["backend"], vllm=job.get("vllm")
-    )
+    torch.set_num_threads(job.threads)
+    worker = RolloutWorker(model, tokenizer, max_len=job.max_len, backend=job.backend, vllm=job.vllm)
     try:
-        for rnd in range(job.get("first_round", 0), len(job["rounds"])):  # a resumed run starts later
-            rows = job["rounds"][rnd]
+        for rnd in range(job.first_round, len(job.rounds)):  # a resumed run starts later
+            rows = job.rounds[rnd]
             idle_start = time.time()
-            need = rnd * job["inner_epochs"] - job["staleness"]
+            need = rnd * job.inner_epochs - job.staleness
             while version.value < need:  # admission: the round would be more than S versions stale
                 if stop.is_set():
                     return
@@ -49,9 +46,9 @@ def produce(model, tokenizer, shared, version, lock, queue, stop, job: dict) -> 
                 if worker.version != version.value:
                     worker.sync({k: v.clone() for k, v in shared.items()}, int(version.value))
             gen_start = time.time()
-            experience = worker.rollouts(rows, n=job["n"], temperature=job["temperature"],
-                                         max_new_tokens=job["max_new_tokens"], seed=job["seeds"][rnd],
-                                         reward_fn=job["reward_fn"])  # fmt: skip
+            experience = worker.rollouts(rows, n=job.n, temperature=job.temperature,
+                                         max_new_tokens=job.max_new_tokens, seed=job.seeds[rnd],
+                                         reward_fn=job.reward_fn)  # fmt: skip
             done = time.time()
             while not stop.is_set():
                 try:

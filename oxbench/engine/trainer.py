@@ -38,7 +38,7 @@ from oxbench.engine.collapse import CollapseDetector
 from oxbench.engine.learner import Learner, LossState, NonFiniteLoss, check_finite, grad_norm
 from oxbench.engine.reference import LiveReference, RefCache
 from oxbench.engine.rollout import RolloutWorker
-from oxbench.engine.sources import make_source
+from oxbench.engine.sources import RoundPlan, make_source
 from oxbench.tasks.grading import is_correct
 from oxbench.utils import progress
 
@@ -462,8 +462,10 @@ class OnlineLoop:
         self.worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o),
                                     backend="hf" if o.source == "async" else o.backend)  # fmt: skip
         self.engine = build_engine(model, cfg, self.n_updates, grad_accum=micro)
-        self.learner = Learner(spec, hparams, self.engine, tokenizer, self.live_ref, self.worker.max_len,
-                               o.max_new_tokens, micro, run, diagnostic_is_cap=o.diagnostic_is_cap,
+        self.learner = Learner(spec=spec, hparams=hparams, engine=self.engine, tokenizer=tokenizer,
+                               live_ref=self.live_ref, max_len=self.worker.max_len,
+                               max_new_tokens=o.max_new_tokens, micro_batches=micro, run=run,
+                               diagnostic_is_cap=o.diagnostic_is_cap,
                                ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base, share_prompt=o.share_prompt)  # fmt: skip
         self.sampler = make_sampler(len(prompts), seed=seeds["data"], rank=self.rk, world_size=self.ws)
         self.detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
@@ -481,8 +483,8 @@ class OnlineLoop:
         """Everything the loop carries from one round to the next (a checkpoint's content)."""
         d = self.detector
         return {"engine": C.engine_state(self.engine), "rng": C.rng_state(), "history": self.res.history,
-                "compute": self.res.compute, "collapse": self.res.collapse, "loss_state": self.learner.state.value,
-                "prev_grad": self.learner._prev_grad, "round": next_round, "version": self.version,
+                "compute": self.res.compute, "collapse": self.res.collapse, **self.learner.state_dict(),
+                "round": next_round, "version": self.version,
                 "consumed": self.consumed, "source": self.source.state_dict(),
                 "live_ref": None if self.live_ref is None else self.live_ref.model.state_dict(),
                 "worker": {"weights": self.worker.model.state_dict(), "version": self.worker.version},
@@ -493,7 +495,8 @@ class OnlineLoop:
         """The loop's part of a checkpoint (:func:`_resume` loaded the engine's and the loss's). An
         asynchronous producer restarts from the learner's weights at the round it resumes."""
         self.first_round, self.version, self.consumed = saved["round"], saved["version"], saved["consumed"]
-        self.res.collapse, self.learner._prev_grad = saved["collapse"], saved["prev_grad"]
+        self.res.collapse = saved["collapse"]
+        self.learner.load_state_dict(saved)
         if self.cfg.online.source == "async":
             self.worker.sync(self.weights(), self.version)
         else:
@@ -508,14 +511,15 @@ class OnlineLoop:
     def seed(self, rnd: int) -> int:
         return self.cfg.seeds()["sampling"] * 100_003 + rnd * 1009 + self.rk
 
-    def producer_job(self) -> dict:
+    def producer_job(self) -> RoundPlan:
         """What the asynchronous producer needs to generate every round itself."""
         o = self.cfg.online
-        return {"rounds": [_round_prompts(self.prompts, r, self.per_rank, self.sampler) for r in range(o.rounds)],
-                "seeds": [self.seed(r) for r in range(o.rounds)], "n": o.n, "temperature": o.temperature,
-                "max_new_tokens": o.max_new_tokens, "reward_fn": self.reward_fn, "inner_epochs": o.inner_epochs,
-                "staleness": o.staleness, "max_len": self.cfg.data.max_len, "backend": o.backend, "vllm": vllm_options(o),
-                "threads": max(1, torch.get_num_threads() // 2), "first_round": self.first_round}  # fmt: skip
+        return RoundPlan(rounds=[_round_prompts(self.prompts, r, self.per_rank, self.sampler) for r in range(o.rounds)],
+                         seeds=[self.seed(r) for r in range(o.rounds)], n=o.n, temperature=o.temperature,
+                         max_new_tokens=o.max_new_tokens, reward_fn=self.reward_fn, inner_epochs=o.inner_epochs,
+                         staleness=o.staleness, max_len=self.cfg.data.max_len, backend=o.backend,
+                         vllm=vllm_options(o), threads=max(1, torch.get_num_threads() // 2),
+                         first_round=self.first_round)  # fmt: skip
 
     def run_all(self, curve) -> TrainResult:
         res, o = self.res, self.cfg.online
@@ -591,7 +595,7 @@ class OnlineLoop:
                 res.collapse = res.collapse or {"step": self.version, "reason": str(exc).split(": ", 1)[-1]}
                 return
             self.version += 1
-            self.source.after_update(self.version, self.weights)
+            self.source.after_step(self.version, self.weights)
             _maybe_update_reference(self.spec, self.hparams, self.live_ref, self.engine, self.version)
             stats["train_seconds"], train_start = time.time() - train_start, time.time()
             cumulative = _add(
@@ -601,7 +605,7 @@ class OnlineLoop:
                 extra = {"round": rnd, "reward_mean": rewards.mean().item(), **stats, **cumulative,
                          **learner.diagnostics, "rollouts_per_s": stats["rollouts"] / max(1e-9, time.time() - gen_start),
                          "policy_version": self.worker.version, "elapsed": time.time() - self.start,
-                         **getattr(self.source, "stats", {})}  # fmt: skip
+                         **self.source.stats}  # fmt: skip
                 _log(res.history, self.logger, self.engine, self.version, micro_metrics, extra, gn)
 
 
