@@ -1,0 +1,130 @@
+"""The policy as a trainable model: an optional value head, the DeepSpeed engine with its optimiser and
+learning-rate schedule, and the state dicts read from it (gathered under ZeRO-3).
+
+Every method trains the same :func:`build_engine`; only the module differs (a value head for PPO-style
+losses, :func:`online_policy`), and only the loss differs after that.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+import oxbench.device as placement
+from losses import LossSpec
+from oxbench.config import RunConfig
+from oxbench.engine import distributed as D
+from oxbench.engine.reference import LiveReference
+
+
+class PolicyWithValue(nn.Module):
+    """A causal LM plus a scalar value head on its last hidden state (for ``needs_value_model``)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+        self.value_head = nn.Linear(lm.config.hidden_size, 1, device=lm.device)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids, attention_mask, use_cache=False):
+        out = self.lm(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=use_cache
+        )
+        return {"logits": out.logits, "value": self.value_head(out.hidden_states[-1].float()).squeeze(-1)}
+
+    def generate(self, *args, **kwargs):
+        return self.lm.generate(*args, **kwargs)
+
+    @property
+    def device(self):
+        return self.lm.device
+
+
+def warmup_cosine(
+    total: int,
+    warmup_ratio: float,
+    min_ratio: float = 0.0,
+    *,
+    constant: bool = False,
+    warmup_steps: int | None = None,
+):
+    """Linear warm-up (``warmup_steps``, else ``warmup_ratio`` of ``total``), then cosine decay to
+    ``min_ratio`` (or a flat 1 with ``constant``)."""
+    warmup = int(round(total * warmup_ratio)) if warmup_steps is None else warmup_steps
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if constant:
+            return 1.0
+        frac = (step - warmup) / max(1, total - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    return f
+
+
+def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None = None):
+    """DeepSpeed engine; ``grad_accum``: micro-batches per optimiser step (default ``train.grad_accum``)."""
+    import deepspeed
+
+    placement.place(model)  # DeepSpeed would move it too; the frozen copies made from it follow the rank
+    t = cfg.train
+    accum = t.grad_accum if grad_accum is None else grad_accum
+    params = [p for p in model.parameters() if p.requires_grad]
+    # foreach: one kernel per op over all tensors, bitwise the per-parameter loop's result
+    opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, betas=(0.9, 0.999), foreach=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        warmup_cosine(
+            total_steps,
+            t.warmup_ratio,
+            t.min_lr_ratio,
+            constant=t.schedule == "constant",
+            warmup_steps=t.warmup_steps,
+        ),
+    )
+    ds_config = {
+        "train_micro_batch_size_per_gpu": t.batch_size,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": t.batch_size * accum * D.world_size(),
+        "gradient_clipping": t.max_grad_norm,
+        "zero_optimization": {"stage": t.zero_stage},
+        "bf16": {"enabled": cfg.model.dtype == "bf16"},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=ds_config)
+    return engine
+
+
+def full_state_dict(engine) -> dict[str, torch.Tensor]:
+    """The policy's full weights on every rank (gathered under ZeRO-3), detached CPU copies."""
+    module = engine.module
+    if engine.zero_optimization_stage() == 3:
+        import deepspeed
+
+        params = list(module.parameters())
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
+    return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
+
+
+def lm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Strip a :class:`PolicyWithValue` prefix so the state loads into the bare LM."""
+    if any(k.startswith("lm.") for k in state):
+        return {k[3:]: v for k, v in state.items() if k.startswith("lm.")}
+    return state
+
+
+def online_policy(spec: LossSpec, hparams: dict, model, init_seed: int):
+    """``(model, lm, live_ref)`` for an online run: the policy (with a value head, seeded, when the spec
+    needs one), its bare LM, and a frozen reference copy when the run uses one (else None)."""
+    if spec.needs_value_model:
+        torch.manual_seed(init_seed)
+        model = PolicyWithValue(model)
+    lm = model.lm if isinstance(model, PolicyWithValue) else model
+    return model, lm, LiveReference(lm) if spec.uses_reference(hparams) else None
