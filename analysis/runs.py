@@ -158,21 +158,51 @@ def _records(root: str | Path, strict: bool = False) -> list[dict]:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"run directory not found: {root}")
-    seen: dict[str, Path] = {}
-    records = []
+    by_id: dict[str, dict] = {}
     for path in sorted(root.rglob("run.json")):
         try:
             record = _read_record(path)
-            first = seen.setdefault(record["run_id"], path)
-            if first != path:
-                raise ValueError(f"{path}: run_id {record['run_id']!r} already used by {first}")
+            other = by_id.get(record["run_id"])
+            if other is not None:
+                record = _newer(other, record, strict)
         except ValueError as err:
             if strict:
                 raise
             warnings.warn(f"{err} (skipped)", BadRecordWarning, stacklevel=2)
             continue
-        records.append(record)
-    return records
+        by_id[record["run_id"]] = record
+    return list(by_id.values())
+
+
+def duplicate_run_ids(root: str | Path) -> list[str]:
+    """One line per run_id that two or more records under ``root`` carry, naming the one kept (the
+    newer) and the ones passed over: the report shows them."""
+    paths: dict[str, list[Path]] = {}
+    for path in sorted(Path(root).rglob("run.json")):
+        try:
+            paths.setdefault(json.loads(path.read_text())["run_id"], []).append(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    lines = []
+    for run_id, ps in paths.items():
+        if len(ps) > 1:
+            kept = max(ps, key=lambda p: p.stat().st_mtime)
+            others = ", ".join(str(p) for p in ps if p != kept)
+            lines.append(
+                f"run_id {run_id!r} has {len(ps)} records: kept the newer {kept}, passed over {others}"
+            )
+    return lines
+
+
+def _newer(a: dict, b: dict, strict: bool) -> dict:
+    """Of two records with one run_id, the newer (by its run.json's time); the other is named in a warning."""
+    pa, pb = a["_dir"] / "run.json", b["_dir"] / "run.json"
+    if strict:
+        raise ValueError(f"{pb}: run_id {b['run_id']!r} already used by {pa}")
+    kept, passed = (b, pa) if pb.stat().st_mtime >= pa.stat().st_mtime else (a, pb)
+    warnings.warn(f"{passed}: run_id {b['run_id']!r} also recorded in {kept['_dir'] / 'run.json'}, which is "
+                  "newer and kept (skipped)", BadRecordWarning, stacklevel=3)  # fmt: skip
+    return kept
 
 
 def _read_record(path: Path) -> dict:

@@ -236,6 +236,8 @@ def run(
         cells = expand(g, str(grid))
     except GridError as exc:
         fail(str(exc))
+    if not plan:
+        _check_out_writable(out)
     counts = print_plan(cells, out)
     _warn_missing_trackers(cells)
     if plan:
@@ -332,6 +334,18 @@ def _check_run_options(executor: str, workers: int, nproc: int, out: Path) -> No
         fail(f"--out {out}: {parent} is not writable")
 
 
+def _check_out_writable(out: Path) -> None:
+    """``--out`` made and written to once before any cell starts: a path that cannot be (a read-only
+    mount, a path under /proc, a full disk) is one line naming it, exit 2, never a traceback."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".oxbench-write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        fail(f"--out {out}: cannot be written ({exc.strerror or exc})")
+
+
 def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -393,6 +407,7 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
     if plan:
         print_plan([cfg], out)
         return
+    _check_out_writable(out)
     from oxbench.engine import distributed as D
     from oxbench.engine.checkpoint import signals_handled
 
@@ -575,8 +590,24 @@ def report(
     out_console.print(f"wrote {path}")
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main() -> None:
+    """The ``oxbench`` command. A command-line value click cannot take (``--workers abc``, an unknown
+    option) is one line naming the option, exit 2, instead of click's usage box."""
+    usage_error = typer.BadParameter.__mro__[1]  # click's UsageError, as this typer vendors it
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as exc:
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        err_console.print(
+            tagged("error:", "red", where + " ".join(exc.format_message().split())), soft_wrap=True
+        )
+        sys.exit(2)
+    except typer.Abort:  # Ctrl-C at a prompt
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

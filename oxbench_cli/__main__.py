@@ -1,5 +1,5 @@
 """``python -m oxbench_cli``: the ``oxbench`` command."""
 
-from oxbench_cli import app
+from oxbench_cli import main
 
-app()
+main()

@@ -160,10 +160,16 @@ def test_binary_run_json_is_skipped_or_an_error_when_strict(tmp_path):
 
 
 def test_duplicate_run_id_is_named_and_skipped_or_an_error_when_strict(tmp_path):
-    write_run(tmp_path, record("dpo"), sub="a")
+    """Two records with one run_id: the newer is kept (issue 28) and the older named; strict raises."""
+    import os
+
     write_run(tmp_path, record("dpo"), sub="b")
-    with pytest.warns(analysis.BadRecordWarning, match="already used by"):
-        assert len(analysis.load_runs(tmp_path)) == 1
+    write_run(tmp_path, {**record("dpo"), "seed": 7}, sub="a")  # "a" sorts first but is written later
+    older = next(tmp_path.rglob("b/**/run.json"))
+    os.utime(older, (older.stat().st_atime, older.stat().st_mtime - 100))
+    with pytest.warns(analysis.BadRecordWarning, match="newer and kept"):
+        runs = analysis.load_runs(tmp_path)
+    assert len(runs) == 1 and runs["seed"].tolist() == [7]
     with pytest.raises(ValueError, match="already used by"):
         analysis.load_runs(tmp_path, strict=True)
 

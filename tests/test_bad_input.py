@@ -236,3 +236,101 @@ def test_checkpoint_settings_leave_the_run_id_alone():
     from oxbench.config import RunConfig
 
     assert RunConfig(checkpoint={"every": 5, "keep": 1}).run_id() == RunConfig().run_id()
+
+
+# ------------------------------------------------------------------ issue 28: the last seven kinds
+
+
+def _gsm8k_grid(tmp_path, model_dir, train_text: str):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "train.jsonl").write_text(train_text)
+    (d / "test.jsonl").write_text('{"question": "1+1?", "answer": "1+1=2\\n#### 2"}\n')
+    return write(tmp_path, "g.yaml", grid(model_dir, base={**micro_cell(model_dir), "task": {"name": "gsm8k",
+                                                                                         "path": str(d)}}))  # fmt: skip
+
+
+def test_a_data_file_with_no_rows(tmp_path, micro_model_dir):
+    one_line_error(plan(_gsm8k_grid(tmp_path, micro_model_dir, "")), "data", "no problems in split 'train'")
+
+
+def test_a_data_file_whose_answers_have_no_final_answer(tmp_path, micro_model_dir):
+    rows = '{"question": "q", "answer": "no number here"}\n' * 3
+    one_line_error(
+        plan(_gsm8k_grid(tmp_path, micro_model_dir, rows)), "data", "field 'answer'", "in any of its 3 rows"
+    )
+
+
+def test_a_hub_id_not_in_the_cache_is_an_error_in_offline_mode(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    p = write(tmp_path, "g.yaml", {"name": "g", "base": {"model": {"name": "nobody/no-such-model"}},
+                                   "axes": {"method": ["sft"]}})  # fmt: skip
+    one_line_error(plan(p), "'nobody/no-such-model'", "not in the Hugging Face cache", "HF_HUB_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # online, the id may still be downloaded: it plans
+    assert plan(p).exit_code == 0
+
+
+def test_an_out_that_cannot_be_written(tmp_path, micro_model_dir):
+    (tmp_path / "file").write_text("")
+    g = write(tmp_path, "g.yaml", grid(micro_model_dir))
+    r = runner.invoke(app, ["run", "--grid", str(g), "--out", str(tmp_path / "file" / "below")])
+    one_line_error(r, "--out", "below")
+    r = runner.invoke(app, ["run", "--grid", str(g), "--out", "/proc/oxbench-no-such-dir"])
+    one_line_error(r, "--out /proc/oxbench-no-such-dir: cannot be written")
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"base": {"model.name.x": 1}}, "'model.name.x'"),
+        ({"methods": {"sft": {"train.lr.x": 1}}}, "'train.lr'"),
+        ({"axes": {"train.lr.x": [1]}}, "unknown axis 'train.lr.x'"),
+    ],
+)
+def test_a_dotted_override_of_the_wrong_shape(tmp_path, micro_model_dir, over, needle):
+    one_line_error(plan(write(tmp_path, "g.yaml", grid(micro_model_dir, **over))), "g.yaml", needle)
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--workers", "abc"], "Invalid value for '--workers'"),
+        (["--nproc", "2.5"], "Invalid value for '--nproc'"),
+        (["--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_an_option_value_of_the_wrong_type_is_one_line(tmp_path, micro_model_dir, args, needle):
+    """Through the installed command (``main``), not click's six-line usage box."""
+    import subprocess
+    import sys
+
+    g = write(tmp_path, "g.yaml", grid(micro_model_dir))
+    proc = subprocess.run([sys.executable, "-m", "oxbench_cli", "run", "--grid", str(g), "--plan", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr, proc.stderr
+
+
+def test_duplicate_run_ids_are_named_and_the_newer_record_kept(tmp_path):
+    """Two records with one run_id (a copied run directory): the report keeps the newer and says so."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "results" / "quickstart"
+    root = tmp_path / "res"
+    shutil.copytree(src, root / "quickstart", ignore=shutil.ignore_patterns("report.html", "figures", "tb"))
+    first = sorted(p for p in (root / "quickstart").iterdir() if (p / "run.json").exists())[0]
+    copy = root / "zz" / first.name
+    shutil.copytree(first, copy)
+    old = first / "run.json"
+    os.utime(old, (old.stat().st_atime, old.stat().st_mtime - 100))
+    r = runner.invoke(app, ["report", str(root)])
+    assert r.exit_code == 0, r.output
+    assert f"{old}" in r.output and "newer and kept" in r.output, r.output
+    html = (root / "report.html").read_text()
+    assert f"kept the newer {copy / 'run.json'}" in html and f"passed over {old}" in html

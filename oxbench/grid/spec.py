@@ -80,10 +80,11 @@ class GridFile(BaseModel):
 
 def _set(d: dict, dotted: str, value) -> None:
     keys = dotted.split(".")
-    for k in keys[:-1]:
+    for i, k in enumerate(keys[:-1]):
         d = d.setdefault(k, {})
         if not isinstance(d, dict):
-            raise TypeError(dotted)
+            block = ".".join(keys[: i + 1])
+            raise ValueError(f"override {dotted!r}: {block!r} is a single value, not a block of settings")
     d[keys[-1]] = value
 
 
@@ -234,10 +235,10 @@ def _cell(grid: GridFile, values: dict, arm_keys: list[str], checks: list, where
     None when a budget constraint leaves it out."""
     scale = values.get("model.name", grid.base.get("model", {}).get("name"))
     method = values.get("method", grid.base.get("method", "sft"))
-    raw = _merge(
-        _merge({"grid": grid.name, **grid.base}, grid.scales.get(scale, {})), grid.methods.get(method, {})
-    )
     try:
+        raw = _merge(
+            _merge({"grid": grid.name, **grid.base}, grid.scales.get(scale, {})), grid.methods.get(method, {})
+        )
         for p, v in values.items():
             _set(raw, p, _coerce(p, v))
     except (TypeError, ValueError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # transformers is imported inside the builders: the CLI validates model names without loading it
@@ -23,12 +24,30 @@ class ModelError(ValueError):
     pass
 
 
+def offline() -> bool:
+    """Hugging Face's offline mode (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``): nothing is fetched."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))  # fmt: skip
+
+
+def in_hub_cache(name: str) -> bool:
+    """Whether Hub model ``name`` has its config in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
 def check_model_name(name: str) -> None:
     """A tiny rung, an existing local directory, or something shaped like a Hub id (``org/name``)."""
     if is_tiny(name) or Path(name).is_dir():
         return
     looks_local = name.startswith((".", "/", "~"))
     if "/" in name and not looks_local and name.count("/") == 1:
+        if offline() and not in_hub_cache(name):
+            raise ModelError(
+                f"model {name!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: download it "
+                "first (hf download ID) or give a local path"
+            )
         return
     if looks_local:
         raise ModelError(f"model path {name!r} does not exist")

@@ -59,8 +59,28 @@ def load_gsm8k(source: str, split: str | None = None, limit: int | None = None) 
     else:
         split = split or "test"
         located = _read_hub(source, split)
-    rows = _take(located, limit)
-    return [_checked(where, row, split, i) for i, (where, row) in enumerate(rows)]
+    rows = [_checked(where, row, split, i) for i, (where, row) in enumerate(_take(located, limit))]
+    if limit != 0:  # limit 0 asks for nothing
+        _check_usable(rows, source, split)
+    return rows
+
+
+def _check_usable(rows: list[dict], source: str, split: str) -> None:
+    """A file that parses but holds nothing to train or grade on is bad input too: no rows, or no row
+    whose ``answer`` has a final answer (a ``#### N`` line or a bare number)."""
+    from oxbench.tasks.grading import reference_answer
+
+    if not rows:
+        raise TaskError(f"{source}: no problems in split {split!r}")
+    for row in rows:
+        try:
+            reference_answer(row["answer"])
+            return
+        except ValueError:
+            continue
+    raise TaskError(
+        f"{source}: field 'answer' has no final answer ('#### N' or a bare number) in any of its {len(rows)} rows"
+    )
 
 
 def _looks_like_path(source: str) -> bool:
