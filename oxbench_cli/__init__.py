@@ -258,6 +258,8 @@ def run(
         )
     for r in failed:
         err_console.print(tagged("failed", "red", f"{r.get('run_id')}: {r.get('error')}"), soft_wrap=True)
+    if any(r.get("status") == "finished" for r in done):
+        _report_and_say(out / g.name)
     del counts
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
@@ -530,6 +532,32 @@ def status(
     finished = [r for r in records if r["status"] == "finished"]
     if finished:
         out_console.print(summary_table(records, f"{directory}: accuracy (%) so far, mean ± std over seeds"))
+        _report_and_say(directory)
+
+
+def _report_and_say(directory: Path) -> None:
+    """Write ``directory/report.html`` and print where it is and how to open it. A report that cannot
+    be written is a warning line: the records are what a run produces; the report is read from them."""
+    try:
+        path = _write_report(directory)
+    except (ValueError, OSError) as exc:
+        err_console.print(tagged("warning", "yellow", f"no report: {exc}"), soft_wrap=True)
+        return
+    out_console.print(f"report: {path}  (open it: python -m webbrowser -t file://{path.resolve()})")
+
+
+def _write_report(directory: Path, baseline: str = "dpo", strict: bool = False) -> Path:
+    """``analysis.report.write_report``, each bad record named once on stderr."""
+    import warnings
+
+    from analysis.report import write_report
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        path = write_report(directory, baseline=baseline, strict=strict)
+    for w in dict.fromkeys(str(w.message) for w in seen if w.category.__name__ == "BadRecordWarning"):
+        err_console.print(tagged("warning", "yellow", w), soft_wrap=True)
+    return path
 
 
 def _cell_state(d: Path | None, rec: dict | None) -> tuple[str, str]:
@@ -575,18 +603,10 @@ def report(
         fail(f"{directory}: no such results directory")
     if (directory / "report.html").exists() and not (directory / "report.html").is_file():
         fail(f"{directory / 'report.html'}: exists and is not a file")
-    import warnings
-
-    from analysis.report import write_report
-
     try:
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            path = write_report(directory, baseline=baseline, strict=strict)
+        path = _write_report(directory, baseline, strict)
     except ValueError as exc:
         fail(str(exc))
-    for w in dict.fromkeys(str(w.message) for w in seen if w.category.__name__ == "BadRecordWarning"):
-        err_console.print(tagged("warning", "yellow", w), soft_wrap=True)
     out_console.print(f"wrote {path}")
 
 
