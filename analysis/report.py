@@ -73,6 +73,7 @@ from analysis.stats import (
     welch,
     welch_vs_baseline,
 )
+from analysis.units import drop_duplicate_arms, duplicate_arms, duplicate_note
 
 TEMPLATES = Path(__file__).with_name("templates")
 OOD = "ood_accuracy"
@@ -322,6 +323,8 @@ def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: fl
     params = arms.groupby("scale")["scale_params"].first()
     style = _styles(sorted(arms["method"].unique()))
     ood = OOD in arms.columns and arms[OOD].notna().any()
+    dups = duplicate_arms(arms)  # one algorithm run under two names counts once in spreads and η²
+    once = drop_duplicate_arms(arms, dups)
     paired, paired_errors = _paired_tables(data.outcomes, arms, baseline, correction, alpha)
     tested = tests.groupby("scale", sort=False)["p"].count().to_dict()  # m per scale
     out_dir = data.root / "figures"
@@ -333,10 +336,11 @@ def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: fl
         "forest": _forest(arms, tests, scales, metric, baseline, correction, alpha, out_dir),
         "forest_m": tested,
         "forest_adjusted": correction != "none" and any(m > 1 for m in tested.values()),
-        "leverage": _leverage_section(data.runs, metric, out_dir),
+        "leverage": _leverage_section(drop_duplicate_arms(data.runs, dups), metric, out_dir),
         "ranks": _rank_section(arms, metric, scales, style, labels, out_dir),
-        "ood": _ood_section(arms, metric, out_dir) if ood else None,
-        "domains": _domain_section(arms, out_dir),
+        "ood": _ood_section(once, metric, out_dir) if ood else None,
+        "domains": _domain_section(once, out_dir),
+        "duplicates_note": duplicate_note(dups),
         "paired": paired,
         "paired_errors": paired_errors,
     }

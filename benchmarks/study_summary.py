@@ -13,6 +13,7 @@ import argparse
 import pandas as pd
 
 import analysis
+from analysis.units import UNITS, drop_duplicate_arms, duplicate_arms, duplicate_note
 
 
 def main() -> None:
@@ -25,6 +26,9 @@ def main() -> None:
     df = analysis.load_runs(args.results)
     failed = analysis.load_failed(args.results)
     print(f"{len(df)} finished runs, {len(failed)} failed")
+    dups = duplicate_arms(df)  # one algorithm under two names: once in spreads and η² (issue 27.5)
+    once = drop_duplicate_arms(df, dups)
+    print("identical arms:", duplicate_note(dups) or "none")
 
     s = analysis.summarize(df, "accuracy")
     s = s.assign(mean=100 * s["mean"], std=100 * s["std"])
@@ -36,19 +40,26 @@ def main() -> None:
 
     w = analysis.welch_vs_baseline(df, baseline=args.baseline, correction="bonferroni")
     cols = ["scale", "method", "delta", "p", "p_adj", "significant", "hedges_g"]
-    print(f"\nWelch vs {args.baseline}, Bonferroni within each scale\n", w[cols].round(4))
+    print(
+        f"\nWelch vs {args.baseline}, Bonferroni within each scale; unit: {UNITS['welch']}\n",
+        w[cols].round(4),
+    )
 
-    print("\nleverage\n", analysis.leverage(df, "accuracy").round(4))
+    print(
+        f"\nleverage (identical arms once; unit: {UNITS['leverage']})\n",
+        analysis.leverage(once, "accuracy").round(4),
+    )
     ri = analysis.rank_inversions(df, "accuracy")
     print("\nrank inversions\n", ri.drop(columns=["flips"]).round(3))
     for _, r in ri.iterrows():
         print(f"  {r['scale_from']} -> {r['scale_to']}: {len(r['flips'])} flips")
     if "ood_accuracy" in df:
-        print("\nID vs OOD spread\n", analysis.task_leverage(df).round(4))
+        print("\nID vs OOD spread (identical arms once)\n", analysis.task_leverage(once).round(4))
     if any(c.startswith("domain_") for c in df.columns):
-        fs = analysis.family_spread(df, n_boot=2000, n_perm=2000, per_task=True)
+        fs = analysis.family_spread(once, n_boot=2000, n_perm=2000, per_task=True)
         print(
-            "\nmethod spread by task family (pp; bootstrap 95% CI; permuted-label median and p)\n",
+            "\nmethod spread by task family (pp; bootstrap 95% CI; permuted-label median and p; identical arms "
+            f"once; unit: {UNITS['family_spread']})\n",
             fs.round(3),
         )
         means = df.groupby(["scale", "method"])[
@@ -58,7 +69,7 @@ def main() -> None:
     outcomes = analysis.load_problem_outcomes(args.results)
     if len(outcomes):
         pv = analysis.paired_vs_baseline(outcomes, df, baseline=args.baseline)
-        print(f"\npaired (McNemar / bootstrap over problems) vs {args.baseline}\n", pv.round(4))
+        print(f"\npaired vs {args.baseline}; unit: {UNITS['mcnemar']}\n", pv.round(4))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+"""Analysis that knows its units (issue 27.5): identical arms once, every test's unit named."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.leverage import eta_squared
+from analysis.units import UNITS, drop_duplicate_arms, duplicate_arms, duplicate_note
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_run(tmp: Path, run_id: str, completions: list[str]) -> str:
+    d = tmp / run_id
+    d.mkdir()
+    lines = [
+        json.dumps({"id": str(i), "split": "test", "correct": False, "completion": c})
+        for i, c in enumerate(completions)
+    ]
+    (d / "eval.jsonl").write_text("\n".join(lines) + "\n")
+    return str(d)
+
+
+def table(
+    tmp: Path, arms: dict[str, list[list[str]]], accuracy: dict[str, list[float]] | None = None
+) -> pd.DataFrame:
+    rows = []
+    for arm, seeds in arms.items():
+        for seed, comps in enumerate(seeds):
+            run_id = f"{arm}-{seed}"
+            path = write_run(tmp, run_id, comps) if comps else str(tmp / run_id)
+            acc = accuracy[arm][seed] if accuracy else 0.5
+            rows.append({"scale": "s", "method": arm, "arm": arm, "seed": seed, "run_id": run_id, "path": path,
+                         "accuracy": acc})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def texts(n: int, tag: str, differ: int = 0) -> list[str]:
+    return [f"{tag}{i}" if i < differ else f"answer {i}" for i in range(n)]
+
+
+def test_an_arm_that_repeats_another_seed_for_seed_is_found_and_dropped(tmp_path):
+    same = [texts(200, "", 0), texts(200, "x", 10)]
+    df = table(tmp_path, {"sgrpo": same, "cispo": same, "gspo": [texts(200, "g", 20), texts(200, "h", 30)]})
+    dups = duplicate_arms(df)
+    assert dups[["kept", "duplicate", "seeds", "identical"]].values.tolist() == [["sgrpo", "cispo", 2, True]]
+    once = drop_duplicate_arms(df, dups)
+    assert sorted(once["arm"].unique()) == ["gspo", "sgrpo"]
+    assert "cispo repeats sgrpo" in duplicate_note(dups) and duplicate_note(dups.iloc[:0]) is None
+
+
+def test_near_identical_counts_at_99_percent_and_not_below(tmp_path):
+    base = [texts(200, "", 0)] * 2
+    df = table(
+        tmp_path, {"a": base, "b": [texts(200, "b", 1), texts(200, "b", 2)], "c": [texts(200, "c", 3)] * 2}
+    )
+    dups = duplicate_arms(df)
+    assert dups["duplicate"].tolist() == ["b"] and dups["min_agreement"].iloc[0] == pytest.approx(0.99)
+    assert not dups["identical"].iloc[0]
+
+
+def test_two_arms_wrong_on_every_problem_are_not_the_same_run(tmp_path):
+    """Correctness alone would call them identical (all False); their completions differ."""
+    df = table(tmp_path, {"dpo": [texts(100, "d", 100)], "rft": [texts(100, "r", 100)]})
+    assert duplicate_arms(df).empty
+
+
+def test_without_completions_the_metric_decides_and_other_seeds_are_not_compared(tmp_path):
+    df = table(tmp_path, {"a": [[], []], "b": [[], []]}, accuracy={"a": [0.3, 0.4], "b": [0.3, 0.4]})
+    assert duplicate_arms(df)["duplicate"].tolist() == ["b"]
+    (tmp_path / "x").mkdir()
+    other = table(tmp_path / "x", {"a": [[]], "b": [[], []]}, accuracy={"a": [0.3], "b": [0.3, 0.4]})
+    assert duplicate_arms(other).empty  # b ran a seed a did not
+
+
+def test_eta_squared_counts_a_repeated_arm_once():
+    """Two copies of one arm shift η²: the reason spreads and η² drop duplicates."""
+    values = pd.Series([0.9, 0.92, 0.9, 0.92, 0.5, 0.52])
+    groups = pd.Series(["sgrpo", "sgrpo", "cispo", "cispo", "dpo", "dpo"])
+    twice, once = eta_squared(values, groups), eta_squared(values[[0, 1, 4, 5]], groups[[0, 1, 4, 5]])
+    assert twice != pytest.approx(once)
+
+
+def test_every_test_names_its_unit_of_replication():
+    for name, unit in UNITS.items():
+        assert unit.split(" ")[0] in {"seeds", "problems", "runs", "methods", "matched"}, name
+    template = (ROOT / "analysis" / "templates" / "report.html").read_text()
+    assert "unit of replication: seeds" in template and "Unit of replication: problems" in template
+
+
+@pytest.mark.parametrize(("grid", "expected"), [("oxrl_core", {("tiny-s", "cispo"), ("tiny-m", "cispo")}),
+                                                ("testbed", set()), ("lora_factorial", set())])  # fmt: skip
+def test_on_the_committed_records(grid, expected):
+    if not (ROOT / "results" / grid).is_dir():
+        pytest.skip("no committed records")
+    import analysis
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = analysis.load_runs(ROOT / "results" / grid)
+    dups = duplicate_arms(df)
+    assert set(zip(dups["scale"], dups["duplicate"])) == expected
+    assert dups["identical"].all() and (dups["kept"] == "sgrpo").all()
