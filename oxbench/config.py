@@ -56,6 +56,21 @@ class Strict(BaseModel):
                     raise ValueError(f"{name!r} is given twice: also under its old name {old!r}")
         return data
 
+    @classmethod
+    def with_historic_defaults(cls, data: dict) -> dict:
+        """``data`` (a config written by a run: every setting it knew) with each setting that was added
+        later with a new default (:func:`added` ``now=``) and that ``data`` lacks set to its historic
+        value: a record written before the new default reads back as the run it was, run_id included."""
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            key = next((k for k in (name, field.serialization_alias) if k and k in out), None)
+            extra = field.json_schema_extra or {}
+            if key is None and "historic" in extra:
+                out[name] = extra["historic"]
+            elif key is not None and isinstance(out[key], dict) and _strict_type(field.annotation):
+                out[key] = _strict_type(field.annotation).with_historic_defaults(out[key])
+        return out
+
     def hash_view(self) -> dict:
         """The settings as they enter ``run_id`` and every cache key: a renamed setting keeps its old
         name (:func:`renamed`) and a setting added later is left out while it has its default
@@ -63,17 +78,33 @@ class Strict(BaseModel):
         out = self.model_dump(by_alias=True)
         for name, field in type(self).model_fields.items():
             key, value = field.serialization_alias or name, getattr(self, name)
-            if (field.json_schema_extra or {}).get("added") and value == field.default:
+            extra = field.json_schema_extra or {}
+            if extra.get("added") and value == extra.get("historic", field.default):
                 del out[key]
             elif isinstance(value, Strict):
                 out[key] = value.hash_view()
         return out
 
 
-def added(default: Any) -> Any:
+_SAME = object()
+
+
+def _strict_type(annotation) -> type[Strict] | None:
+    """The settings block a field holds (``X`` or ``X | None``), or None for a plain value."""
+    for t in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(t, type) and issubclass(t, Strict):
+            return t
+    return None
+
+
+def added(default: Any, *, now: Any = _SAME) -> Any:
     """A setting added after runs were recorded, whose ``default`` is the behaviour before it existed:
-    it enters hashes only when set to something else."""
-    return Field(default, json_schema_extra={"added": True})
+    it enters hashes only when set to something else. ``now``: a faster default for new configs; the
+    hash still leaves the setting out at ``default``, so a recipe that pins the old behaviour keeps its
+    run_id, and a config that takes the new default gets a new one (it computes something else)."""
+    if now is _SAME:
+        return Field(default, json_schema_extra={"added": True})
+    return Field(now, json_schema_extra={"added": True, "historic": default})
 
 
 def _range_text(lo, hi, open_lo: bool) -> str:
@@ -378,10 +409,12 @@ class OnlineConfig(Strict):
     # rollout generation: hf (HF generate), lean (oxbench's decode loop over the same weights; Qwen2
     # and Llama models, plain temperature sampling), vllm (a vLLM engine in its own process, in the
     # Python named by OXBENCH_VLLM_PYTHON; see oxbench/engine/vllm_client.py)
-    backend: Literal["hf", "lean", "vllm"] = added("hf")
+    # Default lean (fast); a LoRA model or an architecture it cannot decode falls back to hf, recorded.
+    backend: Literal["hf", "lean", "vllm"] = added("hf", now="lean")
     # the learner's forward: each group's prompt once, then its n completions on that prompt's KV cache
-    # (oxbench.text.batching.shared_prompt_forward); equal to the full forward up to float rounding
-    share_prompt: bool = added(False)
+    # (oxbench.text.batching.shared_prompt_forward); equal to the full forward up to float rounding.
+    # Default on; a method with a value head or pairs falls back to the full forward, recorded.
+    share_prompt: bool = added(False, now=True)
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
     # where rollouts come from (oxbench/engine/sources.py): sync (the trainer's weights every sync_every
     # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)
@@ -511,7 +544,8 @@ class EvalConfig(Strict):
     # (disjoint from the RL prompts and the test split): greedy strict/verified, avg/best/worst@k
     every: int | None = added(None)
     n_val: int = added(100)
-    backend: Literal["hf", "lean"] = added("hf")  # generation for evaluation (lean: oxbench's decode loop)
+    # generation for evaluation: lean (oxbench's decode loop; greedy ids equal HF generate's), hf
+    backend: Literal["hf", "lean"] = added("hf", now="lean")
     lm_eval: LmEvalConfig = added(LmEvalConfig())
 
 

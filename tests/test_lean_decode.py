@@ -166,8 +166,13 @@ def test_unsupported_models_and_lora_are_errors_not_silent_fallbacks():
         validate_cell(cfg, "g.yaml")
 
 
-def test_backend_default_leaves_run_ids_alone_and_lean_changes_them():
-    base = RunConfig(method="sgrpo")
-    assert "backend" not in base.identity()["online"]
-    assert RunConfig(method="sgrpo", online={"backend": "hf"}).run_id() == base.run_id()
-    assert RunConfig(method="sgrpo", online={"backend": "lean"}).run_id() != base.run_id()
+def test_lean_is_the_default_and_pinning_hf_keeps_the_old_run_ids():
+    """The fast path is what a new config gets (issue 26); a recipe that pins hf keeps the run_id it
+    had when hf was the default (the setting is left out of the hash at its historic value)."""
+    assert RunConfig(method="sgrpo").online.backend == "lean" and RunConfig().eval.backend == "lean"
+    pinned = RunConfig(
+        method="sgrpo", online={"backend": "hf", "share_prompt": False}, eval={"backend": "hf"}
+    )
+    assert "backend" not in pinned.identity()["online"] and "backend" not in pinned.identity()["eval"]
+    assert "share_prompt" not in pinned.identity()["online"]
+    assert RunConfig(method="sgrpo").run_id() != pinned.run_id()

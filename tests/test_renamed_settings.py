@@ -47,7 +47,8 @@ def test_committed_records_recompute_their_own_run_id():
     for path in sorted((ROOT / "results" / "quickstart").glob("*/run.json"))[:3]:
         rec = json.loads(path.read_text())
         assert "steps" in rec["config"]["online"]  # written before the rename
-        assert RunConfig.model_validate(rec["config"]).run_id() == rec["run_id"] == path.parent.name
+        cfg = RunConfig.model_validate(RunConfig.with_historic_defaults(rec["config"]))
+        assert cfg.run_id() == rec["run_id"] == path.parent.name
         assert RunRecord.model_validate(rec).optimizer_steps == rec["steps"]
 
 
@@ -108,6 +109,20 @@ def test_committed_staleness_records_recompute_their_run_id_after_the_cap_rename
     for path in sorted((ROOT / "results" / "staleness").glob("*/run.json"))[:3]:
         rec = json.loads(path.read_text())
         assert rec["config"]["online"]["is_cap"] == 2.0  # written before the rename
-        cfg = RunConfig.model_validate(rec["config"])
+        cfg = RunConfig.model_validate(RunConfig.with_historic_defaults(rec["config"]))
         assert cfg.online.diagnostic_is_cap == 2.0
         assert cfg.run_id() == rec["run_id"] == path.parent.name
+
+
+def test_every_committed_record_recomputes_its_run_id_with_historic_defaults():
+    """Settings whose default became the fast path (online.backend, online.share_prompt, eval.backend)
+    read back at their historic values from records that predate them: all 500-odd committed records
+    recompute their own run_id, and a config written today keeps its new defaults."""
+    records = sorted((ROOT / "results").rglob("run.json"))
+    assert len(records) > 400
+    for path in records:
+        rec = json.loads(path.read_text())
+        cfg = RunConfig.model_validate(RunConfig.with_historic_defaults(rec["config"]))
+        assert cfg.run_id() == rec["run_id"], path
+    now = RunConfig(method="sgrpo").model_dump()
+    assert RunConfig.with_historic_defaults(now)["online"]["backend"] == "lean"

@@ -111,13 +111,17 @@ def test_each_prompt_is_forwarded_once():
     assert 4 * shapes[0][1] + 16 * shapes[1][1] < 0.7 * batch["input_ids"].numel()
 
 
-def test_setting_leaves_run_ids_alone_by_default_and_refuses_value_and_pair_methods():
+def test_on_by_default_pinned_off_keeps_run_ids_and_refused_only_when_asked_for():
+    """On by default (issue 26); pinned off, a run keeps the run_id it had when off was the default; a
+    value-head or pair method falls back to the full forward by default, and refuses it when it is set."""
     base = RunConfig(method="sgrpo")
-    assert "share_prompt" not in base.identity()["online"]
-    assert RunConfig(method="sgrpo", online={"share_prompt": False}).run_id() == base.run_id()
-    assert RunConfig(method="sgrpo", online={"share_prompt": True}).run_id() != base.run_id()
+    assert base.online.share_prompt and "share_prompt" in base.identity()["online"]
+    assert (
+        "share_prompt" not in RunConfig(method="sgrpo", online={"share_prompt": False}).identity()["online"]
+    )
     validate_cell(RunConfig(method="sgrpo", online={"share_prompt": True}), "g.yaml")
     for method in ("ppo", "online_dpo"):
+        validate_cell(RunConfig(method=method), "g.yaml")  # the default: falls back, no error
         with pytest.raises(GridError, match="field 'online.share_prompt'"):
             validate_cell(RunConfig(method=method, online={"share_prompt": True}), "g.yaml")
 

@@ -46,6 +46,7 @@ from oxbench.engine.reference import LiveReference, RefCache
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.engine.sources import RoundPlan, make_source
 from oxbench.tasks.grading import is_correct
+from oxbench.text import decode
 from oxbench.utils import progress
 
 
@@ -60,6 +61,7 @@ class TrainResult:
     compute: dict = field(default_factory=dict)  # the compute ledger's totals (LEDGER keys)
     collapse: dict | None = None  # online.collapse: {step, reason} of the first collapse seen
     resumed_from: int | None = None  # the checkpoint's step this run resumed from
+    paths: dict = field(default_factory=dict)  # online: the fast paths taken, after the method's fallbacks
 
 
 LEDGER = ("rollouts", "generated_tokens", "trained_tokens", "gen_seconds", "train_seconds")
@@ -280,6 +282,18 @@ def _round_prompts(prompts: list[dict], step: int, per_round: int, sampler) -> l
     return [prompts[i] for i in out]
 
 
+def fast_paths(online, spec: LossSpec, lm) -> dict:
+    """The rollout backend and learner forward an online run takes: ``online.backend`` and
+    ``online.share_prompt``, except where the method or model cannot use them (the defaults are the fast
+    paths): ``lean`` on a model its loop cannot decode (LoRA, another architecture) samples with HF
+    generate, and a method with a value head or pairs takes the full forward. Recorded in the run."""
+    backend = online.backend
+    if backend == "lean" and not decode.supports(lm):
+        backend = "hf"
+    share = online.share_prompt and not (spec.needs_value_model or spec.generates_own_pairs)
+    return {"online.backend": backend, "online.share_prompt": share}
+
+
 def vllm_options(online) -> dict:
     """The vLLM server's placement keywords (:class:`~oxbench.engine.vllm_client.VllmEngine`) from ``online``."""
     return {"placement": online.vllm_placement, "devices": online.vllm_devices, "memory": online.vllm_memory}
@@ -353,15 +367,19 @@ class OnlineLoop:
         micro = micro_batches_per_rank(o.prompts_per_batch, cfg.train.batch_size, self.ws, run)
         self.per_rank, self.n_updates = o.prompts_per_batch // self.ws, o.rounds * o.inner_epochs
         model, lm, self.live_ref = online_policy(spec, hparams, model, seeds["init"])
+        self.res.paths = fast_paths(o, spec, lm)
         # async: the producer samples on a copy of its own (its vLLM server too); the learner's copy never does
-        self.worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o),
-                                    backend="hf" if o.source == "async" else o.backend)  # fmt: skip
+        backend = "hf" if o.source == "async" else self.res.paths["online.backend"]
+        self.worker = RolloutWorker(
+            lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o), backend=backend
+        )
         self.engine = build_engine(model, cfg, self.n_updates, grad_accum=micro)
         self.learner = Learner(spec=spec, hparams=hparams, engine=self.engine, tokenizer=tokenizer,
                                live_ref=self.live_ref, max_len=self.worker.max_len,
                                max_new_tokens=o.max_new_tokens, micro_batches=micro, run=run,
                                diagnostic_is_cap=o.diagnostic_is_cap,
-                               ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base, share_prompt=o.share_prompt)  # fmt: skip
+                               ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base,
+                               share_prompt=self.res.paths["online.share_prompt"])  # fmt: skip
         self.sampler = make_sampler(len(prompts), seed=seeds["data"], rank=self.rk, world_size=self.ws)
         self.detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
         self.consumed: list[str] = []
@@ -412,7 +430,7 @@ class OnlineLoop:
         return RoundPlan(rounds=[_round_prompts(self.prompts, r, self.per_rank, self.sampler) for r in range(o.rounds)],
                          seeds=[self.seed(r) for r in range(o.rounds)], n=o.n, temperature=o.temperature,
                          max_new_tokens=o.max_new_tokens, reward_fn=self.reward_fn, inner_epochs=o.inner_epochs,
-                         staleness=o.staleness, max_len=self.cfg.data.max_len, backend=o.backend,
+                         staleness=o.staleness, max_len=self.cfg.data.max_len, backend=self.res.paths["online.backend"],
                          vllm=vllm_options(o), threads=max(1, torch.get_num_threads() // 2),
                          first_round=self.first_round)  # fmt: skip
 

@@ -22,6 +22,7 @@ from math import comb
 from oxbench.config import RunConfig
 from oxbench.tasks import chance_accuracy, load_task_split, verify_working
 from oxbench.tasks.grading import is_correct
+from oxbench.text import decode
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import generate
 
@@ -50,6 +51,12 @@ def ood_rows(cfg: RunConfig) -> list[dict]:
     return load_task_split({**cfg.task.model_dump(), "name": "arith_ood"}, "test", n=cfg.eval.n_ood, seed=0)
 
 
+def eval_backend(cfg: RunConfig, model) -> str:
+    """The decoder evaluation uses: ``eval.backend``, except that ``lean`` on a model its loop cannot
+    decode (a LoRA model, an architecture other than Qwen2/Llama) is HF generate; the record says which."""
+    return cfg.eval.backend if cfg.eval.backend != "lean" or decode.supports(model) else "hf"
+
+
 def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: str | None = None) -> dict:
     """Greedy completions of ``rows`` and, per problem, strict, flexible and verified correctness."""
     e, task = cfg.eval, cfg.task.model_dump()
@@ -62,7 +69,7 @@ def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: s
             max_new_tokens=e.max_new_tokens,
             batch_size=e.batch_size,
             progress_label=label and f"{label}: greedy, {len(rows)} problems",
-            backend=e.backend,
+            backend=eval_backend(cfg, model),
         )
     ]
     strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
@@ -134,7 +141,7 @@ def evaluate(
                 max_new_tokens=e.max_new_tokens,
                 batch_size=e.batch_size,
                 progress_label=label and f"{label}: OOD, {len(ood)} problems",
-                backend=e.backend,
+                backend=eval_backend(cfg, model),
             )
         ]
         ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
@@ -185,7 +192,7 @@ def sampled_metrics(
         batch_size=max(1, e.batch_size // n),
         generator_seed=seed,
         progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
-        backend=e.backend,
+        backend=eval_backend(cfg, model),
     )
     counts = [sum(is_correct(c, r["answer"]) for c in comps) for comps, r in zip(outs, rows)]
     m = len(rows)

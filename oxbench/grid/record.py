@@ -70,6 +70,9 @@ class RunRecord(BaseModel):
     compute: dict[str, float] | None = None
     # online.collapse: the first collapse seen, {"step": optimiser step, "reason": ...}; None: none (or off)
     collapse: dict[str, Any] | None = None
+    #: the fast paths the run took after its method's fallbacks (online.backend, online.share_prompt,
+    #: eval.backend); None in records written before the fast paths were the defaults
+    paths: dict[str, Any] | None = None
     # results
     metrics: dict[str, int | float | None] | None = None
     timing: dict[str, float] | None = None

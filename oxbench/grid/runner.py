@@ -26,7 +26,7 @@ from oxbench.engine.curves import Curve
 from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
 from oxbench.engine.plan import RunPlan, resolve
 from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
-from oxbench.eval.evaluate import evaluate
+from oxbench.eval.evaluate import eval_backend, evaluate
 from oxbench.grid.record import RunRecord, arm_label
 from oxbench.grid.runs import MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.models.loading import base_model_path, count_parameters, load_model
@@ -308,6 +308,7 @@ class _Cell:
         rec.resumed_from_step, rec.data_order_sha = res.resumed_from, res.data_order_sha
         rec.optimizer_steps, rec.loss_state = res.optimizer_steps, res.loss_state
         rec.compute, rec.collapse = res.compute or None, res.collapse
+        rec.paths = {**res.paths, "eval.backend": eval_backend(cfg, model)}
         t_eval = time.time()
         state = lm_state(full_state_dict(engine))
         if D.is_main():

@@ -391,11 +391,12 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
                 raise ValueError(
                     f"online.source 'delayed' cannot serve {cfg.method}: its iterate is frozen for a whole iteration"
                 )
-            if cfg.online.backend != "hf" and cfg.model.lora.enabled:
+            explicit = cfg.online.model_fields_set  # a default the method cannot take falls back, recorded
+            if cfg.online.backend != "hf" and cfg.model.lora.enabled and "backend" in explicit:
                 raise ValueError(
                     f"online.backend '{cfg.online.backend}' samples plain weights, not a LoRA model"
                 )
-            if cfg.online.share_prompt and not plan.caps.shared_prompt:
+            if cfg.online.share_prompt and not plan.caps.shared_prompt and "share_prompt" in explicit:
                 raise ValueError(
                     f"field 'online.share_prompt': {cfg.method} does not train on rollouts' completions "
                     "alone (a value head, or pairs)"

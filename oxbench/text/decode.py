@@ -25,13 +25,15 @@ SUPPORTED = ("qwen2", "llama")
 
 
 def supports(model) -> bool:
-    """Whether :class:`LeanDecoder` can run ``model`` (a plain Qwen2/Llama causal LM, no sliding window)."""
+    """Whether :class:`LeanDecoder` can run ``model``: a plain Qwen2/Llama causal LM, no sliding window,
+    its weights whole (not ZeRO-3 partitions, which only DeepSpeed's hooks gather)."""
     cfg = getattr(model, "config", None)
     return (
         type(model).__name__ in ("Qwen2ForCausalLM", "LlamaForCausalLM")
         and getattr(cfg, "model_type", None) in SUPPORTED
         and not getattr(cfg, "use_sliding_window", False)
         and getattr(model.model.rotary_emb, "rope_type", "default") == "default"
+        and not hasattr(model.model.embed_tokens.weight, "ds_id")
     )
 
 
