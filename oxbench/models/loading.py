@@ -19,27 +19,26 @@ def base_model_path(cfg: RunConfig, *, verbose: bool = True) -> tuple[str, dict]
     """Where the base ("instruct") model lives, and a dict identifying it for cache keys."""
     name = cfg.model.name
     if is_tiny(name):
-        from oxbench.models.pretrain import PretrainConfig, ensure_pretrained
+        from oxbench.models.pretrain import ensure_pretrained
 
-        p = cfg.model.pretrain
-        task = {"name": cfg.task.name, "n_ops": cfg.task.n_ops, "max_operand": cfg.task.max_operand}
-        if cfg.task.name != "arith":
-            task["path"] = cfg.task.path
-        pcfg = PretrainConfig(
-            scale=name,
-            updates=p.updates,
-            batch_size=p.batch_size,
-            lr=p.lr,
-            n_examples=p.n_examples,
-            seed=p.seed,
-            task=task,
-            answer_styles=p.answer_styles,
-            mixture=p.mixture,
-        )
+        pcfg = pretrain_config(cfg)
         path = ensure_pretrained(pcfg, verbose=verbose)
         return str(path), {"model": name, "pretrain_key": pcfg.key()}
     check_model_name(name)
     return name, {"model": name}
+
+
+def pretrain_config(cfg: RunConfig):
+    """The :class:`~oxbench.models.pretrain.PretrainConfig` of a tiny rung's base for ``cfg``."""
+    from oxbench.models.pretrain import PretrainConfig
+
+    p = cfg.model.pretrain
+    task = {"name": cfg.task.name, "n_ops": cfg.task.n_ops, "max_operand": cfg.task.max_operand}
+    if cfg.task.name != "arith":
+        task["path"] = cfg.task.path
+    return PretrainConfig(scale=cfg.model.name, updates=p.updates, batch_size=p.batch_size, lr=p.lr,
+                          n_examples=p.n_examples, seed=p.seed, task=task, answer_styles=p.answer_styles,
+                          mixture=p.mixture)  # fmt: skip
 
 
 def load_tokenizer(path: str):

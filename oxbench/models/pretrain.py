@@ -102,11 +102,22 @@ def pretrain_dir(cfg: PretrainConfig) -> Path:
     return cache_root() / "pretrained" / f"{cfg.scale}-{cfg.key()}"
 
 
-def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True) -> Path:
-    """The directory of the pre-trained model (``save_pretrained`` format), training it if absent."""
+def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True, use_shipped: bool = True) -> Path:
+    """The directory of the pre-trained model (``save_pretrained`` format): the cache's; else the
+    shipped base of its key (:mod:`oxbench.models.shipped`, checked by SHA-256); else trained here."""
     out = pretrain_dir(cfg)
     if (out / "pretrain.json").exists():
         return out
+    if use_shipped:
+        from oxbench.models import shipped
+
+        if shipped.install(cfg.key(), out):
+            return out
+    return _pretrain(cfg, out, verbose)
+
+
+def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
+    """Train the base of ``cfg`` from scratch into ``out`` (deterministic on one machine)."""
 
     tok = build_char_tokenizer()
     torch.manual_seed(cfg.seed)
