@@ -843,8 +843,11 @@ def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
             continue
         tables.append({"caption": f"{subset}: per-n sigmoid fits", "table": _fits_table(subset, r["fits"])})
         tables.append({"caption": f"{subset}: n*(C) fit", "table": _n_star_table(subset, r)})
-    tables.append({"caption": "At matched compute: variance shares and paired tests over problems",
-                   "table": _matched_table(res)})  # fmt: skip
+    from analysis.isocompute_confound import share_note  # issue 27.2: the imbalance beside every share
+
+    notes = "; ".join(f"{s}: {share_note(r['at'], res['metric'])}" for s, r in res["subsets"].items())
+    tables.append({"caption": f"At matched compute: variance shares ({notes}) and paired tests over problems "
+                              "(unit: problems)", "table": _matched_table(res)})  # fmt: skip
     figures = [(caption, Markup(svg)) for caption, svg in isor.figures(curves, res, root / "figures")]
     return {"metric": res["metric"], "runs": int(curves["run_id"].nunique()), "boot": n_boot,
             "tables": tables, "figures": figures, "errors": errors}  # fmt: skip

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import isocompute as iso
+from analysis import isocompute_confound as ic
 from analysis.isocompute_report import analyse, reward_metric
 
 
@@ -51,6 +52,10 @@ def main() -> None:
                                        for key in ("n_lo", "n_hi", "C_mid", "slope")},
                   f"replicates {r['n_star']['replicates']}, failed {r['n_star']['failed']}")  # fmt: skip
         print("variance shares at matched C:", {key: round(v, 3) for key, v in (r["share"] or {}).items()})
+        print("  the design (issue 27.2):", ic.share_note(at, metric))
+        pairs = ic.fixed_batch_pairs(at, metric)
+        if len(pairs):  # same B = B_p * n: same M and learning rate
+            print("fixed batch, larger B_p vs larger n (unit: matched (B, seed) pairs):", ic.sign_test(pairs))
         for p in r.get("paired") or []:
             print(f"{p['kind']}@{k} n={p['n_a']} {p['a']:.3f} vs n={p['n_b']} {p['b']:.3f}: delta {p['delta']:+.3f}, "
                   f"Wilcoxon p {p['p']:.2g}, wins {p['b_wins']}/{p['a_wins']} of {p['problems']}")  # fmt: skip

@@ -106,3 +106,78 @@ def test_on_the_committed_records(grid, expected):
     dups = duplicate_arms(df)
     assert set(zip(dups["scale"], dups["duplicate"])) == expected
     assert dups["identical"].all() and (dups["kept"] == "sgrpo").all()
+
+
+# ----------------------------------------------------------------- IsoCompute without the confound
+
+
+def iso_points(
+    rewards: dict[tuple[int, int], list[float]], subset: str = "easy", c: int = 4096
+) -> pd.DataFrame:
+    """(n, B_p) -> reward per seed, at compute ``c``; the learning rate follows √B."""
+    rows = [{"run_id": f"{subset}-{n}-{b}-{s}", "subset": subset, "n": n, "B_p": b, "seed": s, "rollouts": c,
+             "lr": 1e-4 * ((n * b) / 128) ** 0.5, "r": r} for (n, b), rs in rewards.items() for s, r in enumerate(rs)]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_fixed_batch_pairs_hold_b_m_and_the_learning_rate():
+    from analysis import isocompute_confound as ic
+
+    pts = iso_points({(2, 16): [0.8, 0.7], (8, 4): [0.6, 0.75], (64, 4): [0.3, 0.3]})
+    pairs = ic.fixed_batch_pairs(pts, "r")
+    assert pairs[["B", "M", "n_small", "n_large", "winner"]].values.tolist() == [
+        [32, 128.0, 2, 8, "B_p"],
+        [32, 128.0, 2, 8, "n"],
+    ]
+    assert ic.sign_test(pairs)["B_p_wins"] == 1
+    with pytest.raises(ValueError, match="learning rates differ"):
+        ic.fixed_batch_pairs(pts.assign(lr=pts["lr"] * (1 + pts["B_p"] / 100)), "r")
+
+
+def test_the_sign_test_of_15_wins_in_16():
+    from analysis import isocompute_confound as ic
+
+    pairs = pd.DataFrame({"winner": ["B_p"] * 15 + ["n"], "reward_B_p": [1.0] * 16, "reward_n": [0.0] * 16})
+    assert ic.sign_test(pairs)["p"] == pytest.approx(34 / 2**16)
+
+
+def test_variance_shares_state_the_imbalance_and_use_the_balanced_part():
+    from analysis import isocompute_confound as ic
+
+    pts = iso_points({(2, 4): [0.8, 0.82], (2, 16): [0.6, 0.62], (8, 4): [0.7, 0.72], (8, 16): [0.5, 0.52],
+                      (32, 4): [0.2, 0.22]})  # fmt: skip
+    v = ic.variance_shares(pts, "r")
+    assert v["imbalance"].startswith("unbalanced") and "n = 32 × B_p = 16" in v["imbalance"]
+    assert v["balanced"]["n_values"] == [2, 8] and v["balanced"]["B_p"] == pytest.approx(0.8 / 1.0, abs=0.01)
+    b = pts["n"] * pts["B_p"]  # at one C, M = C / B: (2, 16) and (8, 4) make the same number of updates
+    assert v["all"]["M"] == pytest.approx(eta_squared(pts["r"], b))
+
+
+def test_matched_updates_find_the_largest_common_curve_point():
+    from analysis import isocompute_confound as ic
+
+    rows = []
+    for n in (2, 8):
+        for c in range(0, 4097, 256):
+            rows.append({"run_id": f"r{n}", "n": n, "B_p": 4, "seed": 0, "rollouts": c, "samples_per_problem": 4,
+                         "correct_counts": [min(4, n // 2)] * 10})  # fmt: skip
+    curves = pd.DataFrame(rows)
+    assert ic.common_updates(curves, 2, 8, 4) == 128.0  # n = 8 reaches M = 128 at C = 4,096; n = 2 at 1,024
+    rows = ic.matched_updates(curves, 2, 8, 4, k=2)
+    assert [(r["kind"], r["C_a"], r["C_b"]) for r in rows] == [
+        ("best", 1024.0, 4096.0),
+        ("worst", 1024.0, 4096.0),
+    ]
+
+
+def test_on_the_committed_isocompute_records():
+    from analysis import isocompute as iso
+    from analysis import isocompute_confound as ic
+
+    root = ROOT / "results" / "isocompute_warmup10"
+    if not root.is_dir():
+        pytest.skip("no committed records")
+    at = iso.at_compute(iso.load_curves(root), 4096)
+    t = ic.sign_test(ic.fixed_batch_pairs(at, "avg_at_4"))
+    assert (t["B_p_wins"], t["n_wins"]) == (15, 1) and t["p"] < 0.001
+    assert ic.variance_shares(at[at["subset"] == "easy"], "avg_at_4")["all"]["M"] > 0.9
