@@ -109,8 +109,14 @@ def write_report(
     )
     path = Path(directory) / "report.html"
     tmp = path.with_name(f".report.html.{os.getpid()}.tmp")  # atomic: a reader never sees half a report
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException as exc:  # a full disk: no temp file left, the old report kept, the path named
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     return path
 
 

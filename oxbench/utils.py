@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,21 +36,42 @@ def cache_root() -> Path:
     return root
 
 
+def naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` with ``path`` as its file name when it has none (a full disk's ``write``/``fsync`` error
+    names no file), so its one line says which file could not be written."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path)) if exc.errno else OSError(f"{path}: {exc}")
+
+
+@contextlib.contextmanager
+def errors_naming(path: Path):
+    """Inside, an ``OSError`` that names no file is raised again naming ``path`` (see :func:`naming`)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise naming(exc, path) from exc
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temp file in the same directory, fsync, then rename it over ``path``: a
-    reader sees the old file or the new one, never a part."""
+    reader sees the old file or the new one, never a part. A failed write (a full disk) leaves no temp
+    file and raises an ``OSError`` naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with errors_naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_json_atomic(path: Path, obj) -> None:

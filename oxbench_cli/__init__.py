@@ -652,8 +652,8 @@ def report(
         fail(f"{directory / 'report.html'}: exists and is not a file")
     try:
         path = _write_report(directory, baseline, strict)
-    except ValueError as exc:
-        fail(str(exc))
+    except (ValueError, OSError) as exc:  # OSError: a full disk, the report's path named
+        fail(" ".join(str(exc).split()))
     out_console.print(f"wrote {path}")
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from oxbench.engine import distributed as D
@@ -207,6 +208,22 @@ def verify(d: Path, world_size: int) -> str | None:
     return None
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a failing mount); its partial directory is gone."""
+
+
+@contextlib.contextmanager
+def _writing(final: Path, tmp: Path):
+    """Inside, a failed write removes the partial directory ``tmp`` (it never becomes ``final``) and is
+    raised as one line naming ``final``."""
+    try:
+        yield
+    except (OSError, SafetensorError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise CheckpointWriteError(f"cannot write checkpoint {final}: {why}") from exc
+
+
 class Checkpointer:
     """Saves and finds one run's checkpoints (every rank calls every method: they are collective)."""
 
@@ -235,24 +252,29 @@ class Checkpointer:
             raise Preempted(f"{signalled} received; checkpoint at step {step}")
 
     def save(self, step: int, state: dict) -> Path:
+        """Write ``state`` as checkpoint ``step``. A write that fails (a full disk) removes what it wrote
+        and raises :class:`CheckpointWriteError` naming the checkpoint; the ones before it stand."""
         final = self.root / f"step-{step:08d}"
         tmp = self.root / f".step-{step:08d}.partial"
         if D.is_main():
             shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            with _writing(final, tmp):
+                tmp.mkdir(parents=True)
         D.barrier()
         tensors: dict[str, torch.Tensor] = {}
         skeleton = flatten(state, tensors)
         rk = D.rank()
-        save_file(tensors, str(tmp / f"rank{rk}.safetensors"))
-        _write(tmp / f"rank{rk}.json", json.dumps(skeleton).encode())
+        with _writing(final, tmp):
+            save_file(tensors, str(tmp / f"rank{rk}.safetensors"))
+            _write(tmp / f"rank{rk}.json", json.dumps(skeleton).encode())
         D.barrier()
         if D.is_main():
-            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
-            manifest = {"step": step, "world_size": D.world_size(), "files": files}
-            _write(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
+            with _writing(final, tmp):
+                files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+                manifest = {"step": step, "world_size": D.world_size(), "files": files}
+                _write(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(tmp, final)
             self.saved.append(step)
             self._prune()
         D.barrier()
@@ -274,6 +296,8 @@ class Checkpointer:
         is passed over (and said so on stderr) for the one before it."""
         choice = None
         if D.is_main():
+            for partial in self.root.glob(".step-*.partial"):  # a write that died (killed, a full disk)
+                shutil.rmtree(partial, ignore_errors=True)
             self.fell_back = []
             for step in self._steps():
                 why = verify(self.root / f"step-{step:08d}", D.world_size())

@@ -168,7 +168,7 @@ class WarmWorker:
         self._maybe_retire(reply["rss_mb"])
         if reply["status"] == "locked":
             return locked_record(cfg)
-        return _outcome(cfg, out, "the cell ended without recording an outcome")
+        return _outcome(cfg, out, reply.get("error") or "the cell ended without recording an outcome")
 
     def _maybe_retire(self, rss_mb: float) -> None:
         self.cells += 1

@@ -6,6 +6,7 @@ Works in a single process or under ``torchrun``/``deepspeed`` (every rank calls
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -260,9 +261,9 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
     cell.record.world_size = D.world_size()
-    if D.is_main():
-        write_record(cell.dir, cell.record)
     try:
+        if D.is_main():
+            write_record(cell.dir, cell.record)  # OSError (a full disk): failed, the file named
         cell.run(resolve(cfg, D.world_size()))
     except Preempted as exc:  # a signal: the latest checkpoint (if any) holds the run; a rerun resumes it
         cell.end("preempted", f"Preempted: {exc}")
@@ -365,13 +366,30 @@ class _Cell:
         if D.is_main():
             self.tracker.close()
             rec.tracking = self.tracker.status or None
-            write_record(self.dir, rec)
+            self._write_record()
             if rec.status == "finished":
                 Checkpointer.from_config(self.dir, self.cfg).finish()
         if rec.status == "failed" and D.world_size() > 1:
             _leave_the_world()
         D.barrier()
         return rec.model_dump(mode="json")
+
+    def _write_record(self) -> None:
+        """Rank 0: write the record. One that cannot be written (a full disk) never says finished: the
+        cell fails with a line naming the file (kept in the record returned), and that record is
+        written if it can be (a rerun runs the cell again, from its checkpoints)."""
+        rec = self.record
+        try:
+            write_record(self.dir, rec)
+        except OSError as exc:
+            why = f"its record could not be written: {_one_line(exc)}"
+            if rec.status != "failed" or not rec.error:
+                rec.error = why
+            elif _one_line(exc) not in rec.error:  # the cell failed of something else first
+                rec.error = f"{rec.error} (then {why})"
+            rec.status = "failed"
+            with contextlib.suppress(OSError):
+                write_record(self.dir, rec)
 
 
 def _with_peer_cause(error: str) -> str:

@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from oxbench.grid.record import RunRecord
-from oxbench.utils import write_json_atomic, write_jsonl_atomic
+from oxbench.utils import errors_naming, write_json_atomic, write_jsonl_atomic
 
 PACKAGES = (
     "oxbench",
@@ -102,7 +102,7 @@ class MetricsLog:
         self.path.write_text("")
 
     def __call__(self, row: dict) -> None:
-        with self.path.open("a") as f:
+        with errors_naming(self.path), self.path.open("a") as f:  # a full disk's error names no file
             f.write(json.dumps(row) + "\n")
         if self.tracker is not None:
             self.tracker.log("train", row, row["step"])

@@ -31,7 +31,9 @@ def run_job(job: dict) -> dict:
     from oxbench.grid.cell import run_locked
 
     rec = run_locked(RunConfig(**json.loads(Path(job["config"]).read_text())), Path(job["out"]))
-    return {"status": "locked" if rec is None else rec["status"]}
+    if rec is None:
+        return {"status": "locked"}
+    return {"status": rec["status"], "error": rec.get("error")}  # the error, for a record the disk refused
 
 
 def _redirected(log: str, job: dict) -> dict:
