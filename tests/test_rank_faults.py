@@ -8,6 +8,7 @@ mid-step while its peer computes or waits in a collective.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,3 +119,48 @@ def test_a_rank_killed_mid_step_leaves_the_cell_failed_and_the_grid_going(tmp_pa
     assert survived_s < TIMEOUT_S + 30, survived_s  # the surviving rank left within its timeout + 30 s
     assert recs["rank1_hangs"]["error"], recs["rank1_hangs"]
     assert recs["sft"]["status"] == "finished", err[-3000:]
+
+
+HUNG_TIMEOUT_S = 10.0  # the collective timeout of the hung-collective cell
+
+
+def test_a_rank_that_stops_answering_ends_in_a_timeout_naming_it_and_the_operation(tmp_path, micro_model_dir):
+    """Rank 1 stops (SIGSTOP) inside its loss: rank 0 waits in DeepSpeed's gradient all-reduce until its
+    collective timeout, then the cell fails with one line naming the operation and rank 1, within
+    the timeout + 30 s; the stopped rank is reaped with the cell and the grid goes on."""
+    out, pid_file = tmp_path / "out", tmp_path / "rank1.pid"
+    grid = _grid(tmp_path, micro_model_dir, ["rank1_hangs", "sft"])
+    g = yaml.safe_load(grid.read_text())
+    g["base"]["faults"]["collective_timeout_s"] = HUNG_TIMEOUT_S
+    grid.write_text(yaml.safe_dump(g))
+    proc = _start(tmp_path, grid, out, FAULT_PID_FILE=str(pid_file))
+    pid = None
+    try:
+        deadline = time.time() + 300
+        while not pid_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert pid_file.exists(), "rank 1 never reached its loss"
+        pid = int(pid_file.read_text())
+        os.kill(pid, signal.SIGSTOP)  # stops answering: its gloo threads too
+        stopped = time.time()
+        while time.time() - stopped < HUNG_TIMEOUT_S + 60:
+            if _records(out).get("rank1_hangs", {}).get("status") not in (None, "running"):
+                break
+            time.sleep(0.5)
+        ended_s = time.time() - stopped
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+    recs = _records(out)
+    bad = recs["rank1_hangs"]
+    print(f"hung collective: the cell ended {ended_s:.1f} s after rank 1 stopped: {bad['error']}")
+    assert bad["status"] == "failed", (bad, err[-3000:])
+    assert ended_s < HUNG_TIMEOUT_S + 30, ended_s
+    error = bad["error"]
+    assert len(error.splitlines()) == 1, error
+    assert error.startswith("rank 0: CollectiveTimeout: all_reduce"), error  # the operation, then where
+    assert f"timed out after {HUNG_TIMEOUT_S:g} s: rank 1 did not answer" in error, error
+    assert recs["sft"]["status"] == "finished", err[-3000:]  # the grid went on

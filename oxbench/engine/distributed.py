@@ -7,10 +7,13 @@ falls back to MPI discovery.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import socket
 import sys
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -43,6 +46,8 @@ def init_distributed(timeout_s: float | None = None) -> None:
         verbose=False,
         **extra,
     )
+    if world_size() > 1:
+        _name_timeouts(timeout_s)
 
 
 def _skip_shm_op() -> None:
@@ -159,6 +164,105 @@ def peer_failure() -> str | None:
         return store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else None
     except (RuntimeError, ValueError):  # the store's host (rank 0) is gone
         return None
+
+
+class CollectiveTimeout(RuntimeError):
+    """A collective waited past its timeout (``faults.collective_timeout_s``): a peer stopped answering."""
+
+
+# the torch.distributed calls (DeepSpeed's and oxbench's) whose timeout is raised as a CollectiveTimeout
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "gather", "scatter",
+               "gather_object", "scatter_object_list", "all_to_all", "all_to_all_single", "barrier", "send",
+               "recv")  # fmt: skip
+TIMED_OUT_KEY = "oxbench/timed_out/"  # + rank: this rank's collective timed out (it is alive)
+GRACE_S = 2.0  # how long a rank that timed out waits for its live peers to say they timed out too
+_timeout_s: float | None = None
+
+
+def _name_timeouts(timeout_s: float | None) -> None:
+    """Wrap torch.distributed's collectives (once per process) so that one that times out raises a
+    one-line :class:`CollectiveTimeout` naming the operation, where oxbench called it, and the ranks
+    that did not answer, instead of gloo's bare "Timed out waiting 10000ms for recv operation"."""
+    global _timeout_s
+    _timeout_s = timeout_s
+    for name in COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if fn is not None and not getattr(fn, "_oxbench_named", False):
+            setattr(dist, name, _named(name, fn))
+    if not getattr(dist.new_group, "_oxbench_named", False):
+        dist.new_group = _timed_groups(dist.new_group)
+
+
+def _timed_groups(new_group):
+    """``new_group`` whose groups (DeepSpeed's data-parallel group among them) wait as long as the world
+    group: torch gives a group made without a ``timeout`` its 30-minute default, not the world's."""
+
+    @functools.wraps(new_group)
+    def made(*args, **kwargs):
+        if _timeout_s is not None and len(args) < 2 and kwargs.get("timeout") is None:
+            kwargs["timeout"] = timedelta(seconds=_timeout_s)
+        return new_group(*args, **kwargs)
+
+    made._oxbench_named = True
+    return made
+
+
+def _named(name: str, fn):
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as exc:  # gloo's timeout; torch's DistBackendError is a RuntimeError
+            if isinstance(exc, CollectiveTimeout) or not re.search(r"timed out|timeout", str(exc), re.I):
+                raise
+            raise CollectiveTimeout(_timeout_line(name, exc)) from exc
+
+    collective._oxbench_named = True
+    return collective
+
+
+def _timeout_line(name: str, exc: BaseException) -> str:
+    """``"all_reduce (DeepSpeed allreduce_bucket, from oxbench/engine/trainer.py:235 _offline_micro_step)
+    timed out after 10 s: rank 1 did not answer (Timed out waiting 10000ms for recv operation to
+    complete)"``: the operation, where oxbench called it, and who did not answer."""
+    via, caller = None, None
+    for frame in reversed(traceback.extract_stack()):  # innermost first
+        f = frame.filename.replace(os.sep, "/")
+        if "/torch/" in f or f == __file__.replace(os.sep, "/"):
+            continue
+        if "/deepspeed/" in f:  # the DeepSpeed step that called it (not its comm layer or wrappers)
+            via = via or (None if "/deepspeed/comm/" in f or "/deepspeed/utils/" in f else frame.name)
+            continue
+        short = f[f.rfind("/oxbench/") + 1 :] if "/oxbench/" in f else Path(f).name
+        caller = f"{short}:{frame.lineno} {frame.name}"
+        break
+    where = ", ".join(x for x in (via and f"DeepSpeed {via}", caller and f"from {caller}") if x)
+    after = f"after {_timeout_s:g} s" if _timeout_s is not None else "after its timeout"
+    silent = _silent_peers()
+    who = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} did not answer" if silent
+           else "its peers timed out too")  # fmt: skip
+    detail = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(exc).split()))  # gloo's [file.cc:line] prefix
+    return f"{name}{f' ({where})' if where else ''} timed out {after}: {who} ({detail})"
+
+
+def _silent_peers() -> list[int]:
+    """The other ranks that, within ``GRACE_S``, neither said their own collective timed out nor
+    published a failure: the ones that stopped answering (all of them if the store cannot say)."""
+    others = [r for r in range(world_size()) if r != rank()]
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set(f"{TIMED_OUT_KEY}{rank()}", "1")
+        deadline = time.monotonic() + GRACE_S
+        while True:
+            failed = store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else ""
+            silent = [r for r in others if not store.check([f"{TIMED_OUT_KEY}{r}"])
+                      and not failed.startswith(f"rank {r}:")]  # fmt: skip
+            if not silent or time.monotonic() > deadline:
+                return silent
+            time.sleep(0.1)
+    except (RuntimeError, ValueError):  # the store's host is gone
+        return others
 
 
 def all_gather_objects(obj) -> list:
