@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -72,6 +73,24 @@ def write_text_atomic(path: Path, text: str) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def temp_dir_beside(dest: Path) -> Path:
+    """A new, empty directory of this process's own beside ``dest`` (hidden, ``.tmp``): two processes
+    building one cache entry at once never write into one directory (see :func:`publish_dir`)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"))
+
+
+def publish_dir(tmp: Path, dest: Path) -> None:
+    """Rename the finished directory ``tmp`` to ``dest`` at once; when another process published
+    ``dest`` first (the same cache key: the same content), keep theirs and drop ``tmp``."""
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        if not dest.exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json_atomic(path: Path, obj) -> None:

@@ -32,7 +32,7 @@ from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import collate, encode_pair, token_logps
 from oxbench.text.formatting import format_completion, format_prompt
-from oxbench.utils import cache_root, content_hash, progress, write_json_atomic
+from oxbench.utils import cache_root, content_hash, progress, publish_dir, temp_dir_beside, write_json_atomic
 
 PRETRAIN_VERSION = 1
 
@@ -142,7 +142,7 @@ def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = temp_dir_beside(out)  # its own: another process may pre-train the same base at once
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     info = {
@@ -156,12 +156,7 @@ def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     write_json_atomic(tmp / "pretrain.json", info)
-    if out.exists():  # another process finished first: keep theirs
-        import shutil
-
-        shutil.rmtree(tmp)
-    else:
-        tmp.rename(out)
+    publish_dir(tmp, out)  # another process finished first: keep theirs
     return out
 
 

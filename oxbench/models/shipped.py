@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from oxbench.models.tiny import ModelError
+from oxbench.utils import publish_dir, temp_dir_beside
 
 BASES = Path(__file__).resolve().parent / "bases"
 MANIFEST = "SHA256SUMS"
@@ -53,13 +54,9 @@ def install(key: str, dest: Path) -> bool:
     if src is None:
         return False
     verify(src)
-    tmp = dest.with_name(dest.name + ".shipped.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    if dest.exists():  # another process installed it first: keep theirs
-        shutil.rmtree(tmp)
-    else:
-        tmp.rename(dest)
+    tmp = temp_dir_beside(dest)  # its own: another process may install the same base at once
+    shutil.copytree(src, tmp, dirs_exist_ok=True)
+    publish_dir(tmp, dest)  # another process installed it first: keep theirs
     return True
 
 
