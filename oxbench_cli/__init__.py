@@ -238,7 +238,7 @@ def run(
         fail(str(exc))
     if not plan:
         _check_out_writable(out)
-    counts = print_plan(cells, out)
+    print_plan(cells, out)
     _warn_missing_trackers(cells)
     if plan:
         return
@@ -248,8 +248,14 @@ def run(
             records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
             _report_stopped(todo, out, stop.get("signal", "SIGINT"))
+    _grid_summary(g.name, cells, records, out)
+
+
+def _grid_summary(name: str, cells, records: list[dict], out: Path) -> None:
+    """After a grid: the leaderboard, one line per failed cell, the report; exit 1 on a failure (2 when
+    every failure was bad input)."""
     done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
-    out_console.print(summary_table(done, f"{g.name}: accuracy (%) mean ± std over seeds"))
+    out_console.print(summary_table(done, f"{name}: accuracy (%) mean ± std over seeds"))
     failed = [r for r in records if r.get("status") not in ("finished", "locked")]
     elsewhere = [r["run_id"] for r in records if r.get("status") == "locked"]
     if elsewhere:
@@ -259,8 +265,7 @@ def run(
     for r in failed:
         err_console.print(tagged("failed", "red", f"{r.get('run_id')}: {r.get('error')}"), soft_wrap=True)
     if any(r.get("status") == "finished" for r in done):
-        _report_and_say(out / g.name)
-    del counts
+        _report_and_say(out / name)
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
 
