@@ -141,13 +141,23 @@ class _Chaos:
         }
         self.counts = {"kills": 0, "restarts": 0, "corrupt": 0, "duplicated": 0}
         self.seen: dict[str, str] = {}  # run_id -> digest of its record, once seen finished
+        self.started: list[subprocess.Popen] = []
 
     def start(self, out: Path, counted: bool) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(self.grid), "--out", str(out),
                "--plugin", "slow_plugin", "--nproc", str(self.nproc)]  # fmt: skip
         env = {**self.env, "SLOW_CALLS": str(self.calls)} if counted else self.env
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)  # fmt: skip
+        self.started.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        """Whatever this lane started and still runs (a failed assertion, a timeout): kill -9 its group."""
+        for proc in self.started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
     def n_calls(self) -> int:
         return self.calls.read_text().count("\n") if self.calls.exists() else 0
@@ -190,6 +200,12 @@ class _Chaos:
                 self.counts["corrupt"] += verify(step, self.nproc) is not None
 
     def run(self, events: list[str]) -> dict:
+        try:
+            return self._run(events)
+        finally:
+            self.stop()
+
+    def _run(self, events: list[str]) -> dict:
         t0 = time.time()
         whole = self.start(self.whole, counted=False)  # undisturbed, beside the chaos
         proc, n = self.start(self.out, counted=True), 0
