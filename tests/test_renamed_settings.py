@@ -25,10 +25,16 @@ BEFORE = {
 }
 
 
+def _old_paths(c: RunConfig) -> RunConfig:
+    """A cell with the rollout and evaluation paths the quickstart ran on before the fast defaults."""
+    online = c.online.model_copy(update={"backend": "hf", "share_prompt": False})
+    return c.model_copy(update={"online": online, "eval": c.eval.model_copy(update={"backend": "hf"})})
+
+
 def test_run_ids_and_shared_keys_are_unchanged_by_the_rename():
     cells = {(c.grid, c.method, c.seed): c for c in expand(load_grid(ROOT / "recipes/quickstart.yaml"))}
     for key, (run_id, shared) in BEFORE.items():
-        assert cells[key].run_id() == run_id and runner.shared_key(cells[key]) == shared
+        assert _old_paths(cells[key]).run_id() == run_id and runner.shared_key(cells[key]) == shared
 
 
 def test_old_and_new_spellings_are_one_config():
@@ -44,7 +50,7 @@ def test_old_and_new_spellings_are_one_config():
 
 def test_committed_records_recompute_their_own_run_id():
     """Records written before the rename carry the old names in their config."""
-    for path in sorted((ROOT / "results" / "quickstart").glob("*/run.json"))[:3]:
+    for path in sorted((ROOT / "results" / "testbed").glob("*/run.json"))[:3]:
         rec = json.loads(path.read_text())
         assert "steps" in rec["config"]["online"]  # written before the rename
         cfg = RunConfig.model_validate(RunConfig.with_historic_defaults(rec["config"]))
