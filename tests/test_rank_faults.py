@@ -297,3 +297,71 @@ def test_a_grid_of_cold_cache_two_rank_cells_finishes_every_cell(tmp_path, micro
         proc.stderr[-3000:],
     )
     assert all(r["world_size"] == 2 and r["resumed_from_step"] is None for r in recs)
+
+
+CKPT_PLUGIN = """
+import os
+import time
+from pathlib import Path
+
+import oxbench.engine.checkpoint as C
+from losses import LossInputs, LossOutput, LossSpec
+
+_real, _calls = C.save_file, []
+
+
+def _save_file(tensors, path, *a, **k):  # rank 1 dies inside its second checkpoint write
+    _calls.append(path)
+    if os.environ.get("RANK") == "1" and len(_calls) == 2 and os.environ.get("FAULT_PID_FILE"):
+        Path(os.environ["FAULT_PID_FILE"]).write_text(str(os.getpid()))
+        time.sleep(600)
+    return _real(tensors, path, *a, **k)
+
+
+C.save_file = _save_file
+
+
+def plain_sft(inputs: LossInputs) -> LossOutput:
+    return LossOutput(-inputs.logps.mean())
+
+
+spec = LossSpec(name="ckpt_sft", fn=plain_sft, paradigm="sft", data="sft", needs_reference=False, paper="none",
+                description="SFT whose rank 1 can be killed inside a checkpoint write (tests only)")
+"""
+
+
+def test_a_rank_killed_inside_a_checkpoint_write_never_leaves_a_finished_cell(tmp_path, micro_model_dir):
+    """kill -9 of rank 1 while it writes its second checkpoint: the other rank leaves within its
+    timeout + 30 s, the cell is failed or pre-empted (never finished), the half-written checkpoint is
+    not taken, and a rerun resumes from the last good one and finishes."""
+    (tmp_path / "ckpt_plugin.py").write_text(CKPT_PLUGIN)
+    g = {"name": "ckpt", "base": {"model": {"name": micro_model_dir}, "method": "ckpt_sft",
+                                  "data": {"n_train": 16, "max_new_tokens": 8},
+                                  "train": {"batch_size": 2, "max_steps": 3, "lr": 1e-3},
+                                  "eval": {"n_test": 4, "n_ood": 0, "k": 0, "max_new_tokens": 8},
+                                  "checkpoint": {"every": 1, "keep": 3},
+                                  "faults": {"collective_timeout_s": TIMEOUT_S}},
+         "axes": {"seed": [0]}}  # fmt: skip
+    grid, out, pid_file = tmp_path / "g.yaml", tmp_path / "out", tmp_path / "rank1.pid"
+    grid.write_text(yaml.safe_dump(g))
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out), "--nproc", "2",
+           "--plugin", "ckpt_plugin"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": path}
+    proc = subprocess.Popen(cmd, env={**env, "FAULT_PID_FILE": str(pid_file)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 300
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), "rank 1 never reached its second checkpoint write"
+    time.sleep(0.5)
+    killed = time.time()
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    rec = next(json.loads(p.read_text()) for p in out.rglob("run.json"))
+    assert rec["status"] in ("failed", "preempted") and rec["error"], (rec["status"], err[-3000:])
+    assert rec["timing"]["total_s"] < 300 and time.time() - killed < TIMEOUT_S + 30 + 20
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    rec = next(json.loads(p.read_text()) for p in out.rglob("run.json"))
+    assert rec["status"] == "finished", (rec.get("error"), rerun.stderr[-3000:])
+    assert rec["resumed_from_step"] == 1 and rec["optimizer_steps"] == 3
