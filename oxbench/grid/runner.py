@@ -262,15 +262,31 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     reset_gpu_peak()
     cell.record.world_size = D.world_size()
     try:
-        if D.is_main():
-            write_record(cell.dir, cell.record)  # OSError (a full disk): failed, the file named
-        cell.run(resolve(cfg, D.world_size()))
-    except Preempted as exc:  # a signal: the latest checkpoint (if any) holds the run; a rerun resumes it
-        cell.end("preempted", f"Preempted: {exc}")
-    except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
-        cell.end("failed", _with_peer_cause(oom_line(exc, cfg.run_id(), cfg) or _one_line(exc)))
-        cell.record.traceback = traceback.format_exc(limit=20)
+        try:
+            if D.is_main():
+                write_record(cell.dir, cell.record)  # OSError (a full disk): failed, the file named
+            cell.run(resolve(cfg, D.world_size()))
+        except Preempted:
+            raise
+        except Exception as exc:  # recorded, never swallowed: the caller sees status=failed
+            cell.end("failed", _with_peer_cause(oom_line(exc, cfg.run_id(), cfg) or _one_line(exc)))
+            cell.record.traceback = traceback.format_exc(limit=20)
+    except Preempted as exc:  # a signal, also one that lands while a failure is being recorded
+        _stopped(cell, exc)
     return cell.close()
+
+
+def _stopped(cell: _Cell, exc: Preempted) -> None:
+    """A signal stopped the cell. When a peer rank failed first (its error in the store), the signal
+    is torchrun stopping the world because of it: the cell failed, with that rank's error as its cause.
+    Otherwise it was pre-empted: the latest checkpoint (if any) holds the run; a rerun resumes it."""
+    if cell.record.status == "failed":  # the signal came while this rank's own failure was recorded
+        return
+    cause = D.peer_failure()
+    if cause is not None and not cause.startswith(f"rank {D.rank()}:"):
+        cell.end("failed", f"{cause} (then rank {D.rank()} was stopped: {exc})")
+    else:
+        cell.end("preempted", f"Preempted: {exc}")
 
 
 def _new_record(cfg: RunConfig) -> RunRecord:
