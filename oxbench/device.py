@@ -36,24 +36,6 @@ def reset() -> None:
     _current = None
 
 
-def on_accelerator() -> bool:
-    return get().type != "cpu"
-
-
-def to_device(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A batch's tensors on the rank's device (one copy each; a no-op where they already are)."""
-    dev = get()
-    return {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
 def place(module: torch.nn.Module) -> torch.nn.Module:
     """A module (policy, frozen copy, value head) moved to the rank's device."""
     return module.to(get())
-
-
-def resolve_dtype(name: str) -> torch.dtype:
-    """``model.dtype``: ``auto`` is bf16 on an accelerator and fp32 on the CPU (where bf16 matmuls are
-    slow and the committed studies ran in fp32)."""
-    if name == "auto":
-        return torch.bfloat16 if on_accelerator() else torch.float32
-    return torch.bfloat16 if name == "bf16" else torch.float32

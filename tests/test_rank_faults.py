@@ -83,6 +83,19 @@ def _records(out: Path) -> dict[str, dict]:
     return {json.loads(p.read_text())["method"]: json.loads(p.read_text()) for p in out.rglob("run.json")}
 
 
+def _kill_when_ready(pid_file: Path, where: str, settle_s: float) -> float:
+    """SIGKILL the rank that wrote its pid to ``pid_file`` (it does so where it waits to be killed);
+    returns when."""
+    deadline = time.time() + 300
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), f"rank 1 never reached {where}"
+    time.sleep(settle_s)
+    killed = time.time()
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    return killed
+
+
 def test_a_rank_that_raises_alone_fails_the_cell_with_its_error(tmp_path, micro_model_dir):
     out = tmp_path / "out"
     proc = _start(tmp_path, _grid(tmp_path, micro_model_dir, ["rank1_raises", "sft"]), out)
@@ -100,13 +113,7 @@ def test_a_rank_killed_mid_step_leaves_the_cell_failed_and_the_grid_going(tmp_pa
     out, pid_file = tmp_path / "out", tmp_path / "rank1.pid"
     proc = _start(tmp_path, _grid(tmp_path, micro_model_dir, ["rank1_hangs", "sft"]), out,
                   FAULT_PID_FILE=str(pid_file))  # fmt: skip
-    deadline = time.time() + 300
-    while not pid_file.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert pid_file.exists(), "rank 1 never reached its loss"
-    time.sleep(1.0)
-    killed = time.time()
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    killed = _kill_when_ready(pid_file, "its loss", settle_s=1.0)
     while time.time() - killed < TIMEOUT_S + 30:
         rec = _records(out).get("rank1_hangs", {})
         if rec.get("status") not in (None, "running"):
@@ -350,13 +357,7 @@ def test_a_rank_killed_inside_a_checkpoint_write_never_leaves_a_finished_cell(tm
     env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.Popen(cmd, env={**env, "FAULT_PID_FILE": str(pid_file)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.time() + 300
-    while not pid_file.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert pid_file.exists(), "rank 1 never reached its second checkpoint write"
-    time.sleep(0.5)
-    killed = time.time()
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    killed = _kill_when_ready(pid_file, "its second checkpoint write", settle_s=0.5)
     _, err = proc.communicate(timeout=600)
     rec = next(json.loads(p.read_text()) for p in out.rglob("run.json"))
     assert rec["status"] in ("failed", "preempted") and rec["error"], (rec["status"], err[-3000:])

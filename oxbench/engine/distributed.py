@@ -273,12 +273,6 @@ def all_gather_objects(obj) -> list:
     return out
 
 
-def device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
 def rank_from_env() -> int:
     """The launcher's rank before the process group exists."""
     return int(os.environ.get("RANK", 0))

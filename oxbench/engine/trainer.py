@@ -287,11 +287,8 @@ def fast_paths(online, spec: LossSpec, lm) -> dict:
     ``online.share_prompt``, except where the method or model cannot use them (the defaults are the fast
     paths): ``lean`` on a model its loop cannot decode (LoRA, another architecture) samples with HF
     generate, and a method with a value head or pairs takes the full forward. Recorded in the run."""
-    backend = online.backend
-    if backend == "lean" and not decode.supports(lm):
-        backend = "hf"
     share = online.share_prompt and not (spec.needs_value_model or spec.generates_own_pairs)
-    return {"online.backend": backend, "online.share_prompt": share}
+    return {"online.backend": decode.backend_for(online.backend, lm), "online.share_prompt": share}
 
 
 def vllm_options(online) -> dict:

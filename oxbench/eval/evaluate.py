@@ -54,7 +54,7 @@ def ood_rows(cfg: RunConfig) -> list[dict]:
 def eval_backend(cfg: RunConfig, model) -> str:
     """The decoder evaluation uses: ``eval.backend``, except that ``lean`` on a model its loop cannot
     decode (a LoRA model, an architecture other than Qwen2/Llama) is HF generate; the record says which."""
-    return cfg.eval.backend if cfg.eval.backend != "lean" or decode.supports(model) else "hf"
+    return decode.backend_for(cfg.eval.backend, model)
 
 
 def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: str | None = None) -> dict:

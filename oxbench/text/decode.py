@@ -37,6 +37,12 @@ def supports(model) -> bool:
     )
 
 
+def backend_for(requested: str, model) -> str:
+    """The generation backend ``model`` runs with: ``requested``, except ``lean`` on a model its loop
+    cannot decode (:func:`supports`), which falls back to HF ``generate``."""
+    return "hf" if requested == "lean" and not supports(model) else requested
+
+
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     xf = x.float()
     return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
