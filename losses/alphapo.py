@@ -34,7 +34,8 @@ from __future__ import annotations
 import torch
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import ref_free_pairs_spec
+from losses.registry import loss_name
 from losses.simpo import mean_logps, sigmoid_margin_loss
 from losses.types import LossInputs, LossOutput, Tensor
 
@@ -62,12 +63,9 @@ def alphapo_loss(
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=alphapo_loss,
-    paradigm="offline_ref_free",
-    data="pairs",
-    needs_reference=False,
+spec = ref_free_pairs_spec(
+    NAME,
+    alphapo_loss,
     paper="arXiv:2501.03884 (AlphaPO reward, SimPO loss)",
     version=1,
     description="AlphaPO: SimPO with the reward reshaped as (1 - p^-alpha)/alpha of the per-token mean probability.",

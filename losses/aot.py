@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -56,12 +57,9 @@ def aot_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=aot_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    aot_loss,
     paper="arXiv:2406.05882 Sec. 3 (AOT paired)",
     version=1,
     description="Alignment via optimal transport: quantile-matched logistic loss, policy vs reference log-ratio margins.",

@@ -24,8 +24,9 @@ Metrics: per-pair implicit rewards ``β·log(π/π_ref)`` (before sorting).
 from __future__ import annotations
 
 from losses._common import pair_logratios, reward_metrics
+from losses._families import pairs_spec
 from losses.aot import sorted_logistic
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -38,12 +39,9 @@ def aot_unpaired_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing:
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=aot_unpaired_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    aot_unpaired_loss,
     paper="arXiv:2406.05882 Sec. 3 (AOT unpaired)",
     version=1,
     description="Unpaired AOT: quantile-matched logistic loss making chosen rewards dominate rejected rewards.",

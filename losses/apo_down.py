@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -38,12 +39,9 @@ def apo_down_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(losses.mean(), reward_metrics(r_w, r_l))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=apo_down_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    apo_down_loss,
     paper="arXiv:2408.06266 Eq. 8",
     version=1,
     description="Anchored preference optimisation (down): lower both likelihoods, the rejected one more.",

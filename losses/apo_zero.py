@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -37,12 +38,9 @@ def apo_zero_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(losses.mean(), reward_metrics(r_w, r_l))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=apo_zero_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    apo_zero_loss,
     paper="arXiv:2408.06266 Eq. 7",
     version=1,
     description="Anchored preference optimisation (zero): raise the chosen and lower the rejected likelihood.",

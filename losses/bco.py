@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -85,12 +86,9 @@ def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "runn
     return LossOutput(losses.mean(), metrics, state=state)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=bco_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    bco_loss,
     initial_state=INITIAL_STATE,
     paper="arXiv:2404.04656 Sec. 3 (BCE with reward shift, running mean)",
     version=2,

@@ -47,7 +47,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.sampo import seeded_generator
 from losses.types import LossInputs, LossOutput, Tensor
 
@@ -114,12 +115,9 @@ def _prefixed(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return {f"betadpo/{k}": v for k, v in state.items()}
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=betadpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    betadpo_loss,
     initial_state=INITIAL_STATE,
     paper="arXiv:2407.08639 (batch-level dynamic beta + filtering, moving averages as the authors' code)",
     version=2,

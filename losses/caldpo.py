@@ -40,7 +40,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -59,12 +60,9 @@ def caldpo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
     return LossOutput((bt + CAL_WEIGHT * cal).mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=caldpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    caldpo_loss,
     paper="arXiv:2412.14516 (Cal-DPO objective)",
     version=2,
     description="Cal-DPO: unscaled logistic loss plus half a squared regression of the log-ratios onto +-1/(2 beta).",

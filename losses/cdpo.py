@@ -25,8 +25,9 @@ summed over response tokens. Reduction: mean over pairs. Metrics: implicit rewar
 
 from __future__ import annotations
 
+from losses._families import pairs_spec
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -39,12 +40,9 @@ def cdpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float =
     return dpo_loss(inputs, beta=beta, label_smoothing=label_smoothing)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=cdpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    cdpo_loss,
     paper="ericmitchell.ai/cdpo.pdf Eq. 3 (Mitchell 2023, no arXiv id)",
     version=1,
     description="Conservative DPO: DPO with label smoothing ε, assuming each preference is flipped with probability ε.",

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -56,12 +57,9 @@ def chipo_loss(inputs: LossInputs, *, beta: float = 0.1, r_max: float | None = N
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=chipo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    chipo_loss,
     paper="arXiv:2407.13399 (chi-PO objective)",
     version=1,
     description="chi-PO: DPO with the link log z replaced by z + log z (chi-squared + KL regularisation).",

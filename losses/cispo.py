@@ -26,6 +26,7 @@ the log-ratio has the same gradient as ``log π``, but the loss values differ.
 
 from __future__ import annotations
 
+from losses._families import rollouts_spec
 from losses._online import (
     add_entropy_bonus,
     add_k3_kl,
@@ -34,7 +35,7 @@ from losses._online import (
     token_mean,
     token_ratio,
 )
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -55,11 +56,9 @@ def cispo_loss(
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv[:, 0], kl=kl))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=cispo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    cispo_loss,
     needs_reference=False,
     paper="arXiv:2506.13585 §3.1 (CISPO objective)",
     version=1,

@@ -35,7 +35,8 @@ TRL names ``beta``, ``cpo_alpha``. The reference study (oxRL) also uses the toke
 from __future__ import annotations
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import ref_free_pairs_spec
+from losses.registry import loss_name
 from losses.simpo import sigmoid_margin_loss
 from losses.types import LossInputs, LossOutput, Tensor
 
@@ -73,12 +74,9 @@ def cpo_loss(
     return LossOutput(prefer + cpo_alpha * nll, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=cpo_loss,
-    paradigm="offline_ref_free",
-    data="pairs",
-    needs_reference=False,
+spec = ref_free_pairs_spec(
+    NAME,
+    cpo_loss,
     paper="arXiv:2401.08417 Eq. 3 + L_NLL",
     version=2,
     description="CPO: reference-free DPO on summed log-probs plus an NLL (behaviour cloning) term on the chosen.",

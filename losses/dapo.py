@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import torch
 
+from losses._families import rollouts_spec
 from losses._grpo_family import rollout_advantages, token_losses
 from losses._online import flat_groups, token_mean
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -76,11 +77,9 @@ def dapo_loss(
     return LossOutput(loss, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=dapo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    dapo_loss,
     needs_reference=False,
     batch_stats=dapo_batch_stats,
     paper="arXiv:2503.14476 Eq. 8",

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -41,12 +42,9 @@ def discopop_loss(inputs: LossInputs, *, beta: float = 0.05, discopop_tau: float
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=discopop_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    discopop_loss,
     paper="arXiv:2406.08414 Eq. 5 (LRML)",
     version=1,
     description="DiscoPOP: log-ratio modulated blend of the logistic and exponential losses.",

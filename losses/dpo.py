@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -35,12 +36,9 @@ def dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=dpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    dpo_loss,
     paper="arXiv:2305.18290 Eq. 7",
     version=1,
     description="Direct Preference Optimization: logistic loss on the reference-relative log-ratio margin.",

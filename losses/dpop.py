@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -42,12 +43,9 @@ def dpop_loss(inputs: LossInputs, *, beta: float = 0.1, dpop_lambda: float = 50.
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=dpop_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    dpop_loss,
     paper="arXiv:2402.13228 Eq. 3",
     version=1,
     description="DPO-Positive: DPO with a penalty when the chosen log-prob falls below the reference's.",

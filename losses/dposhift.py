@@ -34,7 +34,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -68,12 +69,9 @@ def dposhift_loss(
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=dposhift_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    dposhift_loss,
     paper="arXiv:2502.07599 (fixed or linearly scheduled lambda)",
     version=2,
     description="DPO-Shift: DPO with the rejected log-ratio scaled by lambda < 1 to keep the chosen likelihood up.",

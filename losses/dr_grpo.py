@@ -33,8 +33,9 @@ The per-token pipeline (the ratio and its ``is_correction``/``is_cap``, the clip
 
 from __future__ import annotations
 
+from losses._families import rollouts_spec
 from losses._grpo_family import rollout_advantages, token_losses
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -72,11 +73,9 @@ def dr_grpo_loss(
     return LossOutput((per_token * inputs.mask).sum() / (inputs.mask.size(0) * length), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=dr_grpo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    dr_grpo_loss,
     needs_reference=False,
     paper="arXiv:2503.20783 §3.2 (Dr. GRPO objective)",
     version=2,

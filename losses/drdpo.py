@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -44,12 +45,9 @@ def drdpo_loss(inputs: LossInputs, *, beta: float = 0.1, beta_prime: float = 1.0
     return LossOutput(loss, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=drdpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    drdpo_loss,
     paper="arXiv:2407.07880",
     version=1,
     description="Dr. DPO: DPO losses aggregated by -beta' log mean exp(-loss/beta'), robust to noisy pairs.",

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -43,12 +44,9 @@ def exo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=exo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    exo_loss,
     paper="arXiv:2402.00856 Eq. 16 (EXO-pref, K=2)",
     version=1,
     description="EXO: reverse-KL between the policy's pairwise preference distribution and ε-smoothed labels.",

@@ -49,7 +49,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -94,12 +95,9 @@ def fdpo_loss(
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=fdpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    fdpo_loss,
     paper="arXiv:2309.16240 (f-DPO loss)",
     version=1,
     description="f-DPO: DPO with the log link replaced by f'(pi/pi_ref) of a reverse/forward KL, JS or alpha divergence.",

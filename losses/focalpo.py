@@ -29,7 +29,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -45,12 +46,9 @@ def focalpo_loss(inputs: LossInputs, *, beta: float = 0.1, gamma: float = 0.05) 
     return LossOutput(-(factor * log_p).mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=focalpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    focalpo_loss,
     paper="arXiv:2501.06645",
     version=1,
     description="FocalPO: DPO loss scaled by sigma(beta h)^gamma, down-weighting misranked pairs.",

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -61,12 +62,9 @@ def gpo_loss(inputs: LossInputs, *, beta: float = 0.1, loss_type: str = "exponen
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=gpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    gpo_loss,
     paper="arXiv:2402.05749 (GPO convex losses)",
     version=1,
     description="GPO: a convex loss (logistic, exponential, truncated quadratic, savage) of the DPO margin.",

@@ -29,8 +29,9 @@ The per-token pipeline (the ratio and its ``is_correction``/``is_cap``, the clip
 from __future__ import annotations
 
 from losses._common import masked_mean
+from losses._families import rollouts_spec
 from losses._grpo_family import rollout_advantages, token_losses
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -53,11 +54,9 @@ def grpo_loss(
     return LossOutput(masked_mean(per_token, inputs.mask).mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=grpo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    grpo_loss,
     needs_reference=True,
     paper="arXiv:2402.03300 Eq. 3",
     version=1,

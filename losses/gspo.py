@@ -24,6 +24,7 @@ load a reference: ``needs_reference`` is False).
 from __future__ import annotations
 
 from losses._common import masked_mean
+from losses._families import rollouts_spec
 from losses._online import (
     add_entropy_bonus,
     add_k3_kl,
@@ -32,7 +33,7 @@ from losses._online import (
     online_metrics,
     sequence_ratio,
 )
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -56,11 +57,9 @@ def gspo_loss(
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=adv, kl=kl))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=gspo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    gspo_loss,
     needs_reference=False,
     paper="arXiv:2507.18071 §4.1 (GSPO objective)",
     version=1,

@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -34,12 +35,9 @@ def hinge_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=hinge_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    hinge_loss,
     paper="arXiv:2309.06657 Sec. 3 (hinge-norm); arXiv:2305.10425",
     version=1,
     description="SLiC-style hinge loss max(0, 1 - β·margin) on reference-normalised log-ratios.",

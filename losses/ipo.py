@@ -28,7 +28,8 @@ Metrics: the standard implicit rewards ``β·log(π/π_ref)`` (summed, as TRL lo
 from __future__ import annotations
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -54,12 +55,9 @@ def ipo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=ipo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    ipo_loss,
     paper="arXiv:2310.12036 Eq. 17",
     version=1,
     description="Identity Preference Optimisation: squared regression of the per-token log-ratio margin onto 1/(2β).",

@@ -29,7 +29,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.sampo import TOKEN_FIELDS
 from losses.types import LossInputs, LossOutput, Tensor
 
@@ -60,12 +61,9 @@ def ld_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, ld_alpha: float = 0.5)
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=ld_dpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    ld_dpo_loss,
     paper="arXiv:2409.06411",
     version=1,
     description="LD-DPO: DPO with the log-probs of tokens past the shorter response's length scaled by ld_alpha.",

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -52,12 +53,9 @@ def ln_dpo_loss(inputs: LossInputs, *, beta: float = 5.0) -> LossOutput:
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=ln_dpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    ln_dpo_loss,
     paper="arXiv:2411.15124 Sec. 5 (length-normalised DPO)",
     version=1,
     description="Length-normalised DPO: the DPO logistic loss on per-token averaged log-ratios.",

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -36,12 +37,9 @@ def nca_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(losses.mean(), reward_metrics(r_w, r_l))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=nca_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    nca_loss,
     paper="arXiv:2402.05369 Sec. 3 (NCA, K=2)",
     version=1,
     description="Noise-contrastive alignment: per-response classification of absolute implicit rewards.",

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -64,12 +65,9 @@ def odpo_loss(
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=odpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    odpo_loss,
     paper="arXiv:2402.10571 (ODPO loss, log-scaled offset)",
     version=1,
     description="DPO with an offset: the reward margin must exceed alpha*log(score gap) of the pair.",

@@ -23,8 +23,9 @@ trainer's job here.
 
 from __future__ import annotations
 
+from losses._families import self_play_pairs_spec
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -43,13 +44,9 @@ def online_dpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(out.loss, {**out.metrics, **score_metrics(inputs)})
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=online_dpo_loss,
-    paradigm="online",
-    data="pairs",
-    needs_reference=True,
-    generates_own_pairs=True,
+spec = self_play_pairs_spec(
+    NAME,
+    online_dpo_loss,
     chosen_source="self_play",
     paper="arXiv:2402.04792 Alg. 1 (DPO loss, arXiv:2305.18290 Eq. 7)",
     version=1,

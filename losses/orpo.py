@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import ref_free_pairs_spec
+from losses.registry import loss_name
 from losses.sft import token_mean_nll
 from losses.simpo import mean_logps
 from losses.types import LossInputs, LossOutput, Tensor
@@ -76,12 +77,9 @@ def orpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(nll - beta * log_sig.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=orpo_loss,
-    paradigm="offline_ref_free",
-    data="pairs",
-    needs_reference=False,
+spec = ref_free_pairs_spec(
+    NAME,
+    orpo_loss,
     paper="arXiv:2403.07691 Eqs. 4-7",
     version=1,
     description="ORPO: token-mean NLL on the chosen plus a log-odds-ratio penalty on length-normalised probabilities.",

@@ -36,8 +36,9 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
+from losses._families import rollouts_spec
 from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_mean, token_ratio
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
 
@@ -138,11 +139,9 @@ def ppo_loss(
     return LossOutput(pg_loss + vf_coef * vf_loss, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=ppo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    ppo_loss,
     needs_reference=False,
     needs_value_model=True,
     batch_stats=ppo_batch_stats,

@@ -34,7 +34,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -59,12 +60,9 @@ def rdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.01) -> 
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=rdpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    rdpo_loss,
     paper="arXiv:2403.19159 Sec. 4 (R-DPO)",
     version=1,
     description="Length-regularised DPO: a +α(|y_w|-|y_l|) term in the logit stops DPO buying margin with length.",

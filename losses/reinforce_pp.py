@@ -28,8 +28,9 @@ from __future__ import annotations
 import torch
 
 from losses._common import masked_mean
+from losses._families import rollouts_spec
 from losses._online import behaviour_logps, clipped_surrogate, online_metrics, token_mean, token_ratio
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.sgrpo import last_token_mask
 from losses.types import LossInputs, LossOutput
 
@@ -83,11 +84,9 @@ def reinforce_pp_loss(
     return LossOutput(loss, online_metrics(inputs, ratio=ratio, clipped=clipped, adv=returns, kl=kl))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=reinforce_pp_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    reinforce_pp_loss,
     needs_reference=True,
     batch_stats=reinforce_pp_batch_stats,
     paper="arXiv:2501.03262 §2 (REINFORCE++)",

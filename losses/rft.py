@@ -25,7 +25,8 @@ data sources are two arms that can be compared. Its loss reduction differs as fo
 
 from __future__ import annotations
 
-from losses.registry import LossSpec, loss_name
+from losses._families import sft_spec
+from losses.registry import loss_name
 from losses.sft import nll_output
 from losses.types import LossInputs, LossOutput
 
@@ -37,12 +38,9 @@ def rft_loss(inputs: LossInputs) -> LossOutput:
     return nll_output(inputs)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=rft_loss,
-    paradigm="sft",
-    data="sft",
-    needs_reference=False,
+spec = sft_spec(
+    NAME,
+    rft_loss,
     paper="arXiv:2308.01825 (rejection-sampling fine-tuning)",
     version=1,
     sft_source="self_play",

@@ -26,8 +26,9 @@ from __future__ import annotations
 import torch
 
 from losses._common import group_stats, masked_mean, masked_sum
+from losses._families import rollouts_spec
 from losses._online import behaviour_logps, clipped_surrogate, flat_groups, online_metrics
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -90,11 +91,9 @@ def rloo_loss(
     return LossOutput(per_seq.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=rloo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    rloo_loss,
     needs_reference=True,
     batch_stats=rloo_batch_stats,
     paper="arXiv:2402.14740 §3.2 (RLOO estimator)",

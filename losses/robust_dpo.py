@@ -27,7 +27,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -44,12 +45,9 @@ def robust_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: f
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=robust_dpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    robust_dpo_loss,
     paper="arXiv:2403.00409 Sec. 3 (unbiased robust loss)",
     version=1,
     description="Robust DPO: de-biased DPO loss that is unbiased for the clean loss under flip rate ε.",

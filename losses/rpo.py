@@ -25,8 +25,9 @@ Metrics: implicit rewards (detached), accuracy, margin, the NLL term.
 from __future__ import annotations
 
 from losses._common import lengths
+from losses._families import pairs_spec
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -42,12 +43,9 @@ def rpo_loss(inputs: LossInputs, *, beta: float = 0.1, rpo_alpha: float = 1.0) -
     return LossOutput(dpo.loss + rpo_alpha * nll, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=rpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    rpo_loss,
     paper="arXiv:2404.19733 (DPO + length-normalised NLL)",
     version=1,
     description="RPO: DPO plus rpo_alpha times the length-normalised NLL of the chosen response.",

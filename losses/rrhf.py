@@ -36,7 +36,8 @@ Not in TRL; the reference study (oxRL) has no RRHF.
 from __future__ import annotations
 
 from losses._common import lengths, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import ref_free_pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -60,12 +61,9 @@ def rrhf_loss(
     return LossOutput(rrhf_weight * rank + nll, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=rrhf_loss,
-    paradigm="offline_ref_free",
-    data="pairs",
-    needs_reference=False,
+spec = ref_free_pairs_spec(
+    NAME,
+    rrhf_loss,
     paper="arXiv:2304.05302 Eqs. 1-4",
     version=2,
     description="RRHF: hinge ranking loss on length-normalised log-probs plus the NLL of the best (chosen) response.",

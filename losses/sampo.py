@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -99,12 +100,9 @@ def sampo_loss(inputs: LossInputs, *, beta: float = 0.1, seed: int = 0) -> LossO
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=sampo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    sampo_loss,
     paper="arXiv:2406.10957 (down-sampled DPO)",
     version=1,
     description="DPO on token log-ratios down-sampled to the shorter response's length (no length bias).",

@@ -22,7 +22,8 @@ the token mean does not.
 from __future__ import annotations
 
 from losses._common import masked_mean
-from losses.registry import LossSpec, loss_name
+from losses._families import sft_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -44,12 +45,9 @@ def sft_loss(inputs: LossInputs) -> LossOutput:
     return nll_output(inputs)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=sft_loss,
-    paradigm="sft",
-    data="sft",
-    needs_reference=False,
+spec = sft_spec(
+    NAME,
+    sft_loss,
     paper="arXiv:2203.02155 Sec. 3.5 (SFT: causal-LM maximum likelihood)",
     version=1,
     sft_source="gold",

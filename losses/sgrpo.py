@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import torch
 
+from losses._families import rollouts_spec
 from losses._grpo_family import rollout_advantages, token_losses
 from losses._online import token_mean
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -75,11 +76,9 @@ def sgrpo_loss(
     return LossOutput(loss, metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=sgrpo_loss,
-    paradigm="online",
-    data="online",
+spec = rollouts_spec(
+    NAME,
+    sgrpo_loss,
     needs_reference=False,
     paper="arXiv:2402.03300 Eq. 3 (token-level form of the reference study, oxRL)",
     version=1,

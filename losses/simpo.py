@@ -34,7 +34,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from losses._common import lengths, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import ref_free_pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -62,12 +63,9 @@ def simpo_loss(
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=simpo_loss,
-    paradigm="offline_ref_free",
-    data="pairs",
-    needs_reference=False,
+spec = ref_free_pairs_spec(
+    NAME,
+    simpo_loss,
     paper="arXiv:2405.14734 Eq. 6",
     version=1,
     description="SimPO: logistic loss on the length-normalised log-prob margin minus a target margin, no reference.",

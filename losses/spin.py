@@ -36,8 +36,9 @@ Inputs and metrics as ``dpo``. Reduction: mean over pairs. TRL has no SPIN train
 
 from __future__ import annotations
 
+from losses._families import self_play_pairs_spec
 from losses.dpo import dpo_loss
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -49,14 +50,10 @@ def spin_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return dpo_loss(inputs, beta=beta)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=spin_loss,
-    paradigm="online",
-    data="pairs",
-    needs_reference=True,
+spec = self_play_pairs_spec(
+    NAME,
+    spin_loss,
     updates_reference=True,
-    generates_own_pairs=True,
     pairs_from_iterate=True,
     chosen_source="gold",
     paper="arXiv:2401.01335 §4 (SPIN loss, logistic ℓ) and Algorithm 1 (iterations)",

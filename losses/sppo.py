@@ -31,7 +31,8 @@ is tested), which has the same minimiser and twice the gradient.
 from __future__ import annotations
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -45,12 +46,9 @@ def sppo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
     return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=sppo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    sppo_loss,
     paper="arXiv:2405.00675 Eq. 4.7 (hard labels P=1/0)",
     version=2,
     description="Self-play preference optimisation (hard labels): regress log-ratios onto +1/(2β) and -1/(2β).",

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -69,12 +70,9 @@ def tdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.5, tdpo
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=tdpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    tdpo_loss,
     needs_full_logits=True,
     paper="arXiv:2404.11999 (TDPO2)",
     version=1,

@@ -25,9 +25,10 @@ Inputs and metrics: as DPO. Reduction: mean over pairs.
 
 from __future__ import annotations
 
+from losses._families import pairs_spec
 from losses.dpo import dpo_loss
 from losses.reference import mix_reference_, should_sync_reference
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -52,12 +53,9 @@ def tr_dpo_loss(
     return dpo_loss(inputs, beta=beta)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=tr_dpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    tr_dpo_loss,
     updates_reference=True,
     reference_update=tr_dpo_reference_update,
     paper="arXiv:2404.09656 (soft/hard reference update) + arXiv:2305.18290 Eq. 7",

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from losses._common import masked_mean, pair_logratios, reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses._families import pairs_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -66,12 +67,9 @@ def wpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     return LossOutput(losses.mean(), metrics)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=wpo_loss,
-    paradigm="offline",
-    data="pairs",
-    needs_reference=True,
+spec = pairs_spec(
+    NAME,
+    wpo_loss,
     needs_full_logits=True,
     paper="arXiv:2406.11827 Eq. 2 (sampled alignment)",
     version=1,

@@ -62,13 +62,14 @@ def test_fdpo_with_only_beta_is_reverse_kl_fdpo():
 @pytest.mark.parametrize("name", BUILTINS)
 def test_builtin_writes_its_name_and_defaults_once(name):
     """A built-in's name is its module's (``NAME = loss_name(__name__)``), its defaults are its ``fn``'s
-    signature (the spec leaves ``defaults`` out), and its hooks declare no defaults of their own: the
-    trainer passes them every resolved hyper-parameter."""
+    signature (the spec, a ``losses._families`` factory or a ``LossSpec``, leaves ``defaults`` out),
+    and its hooks declare no defaults of their own: the trainer passes them every resolved
+    hyper-parameter."""
     spec = losses.get(name)
     module = inspect.getmodule(spec.fn)
     assert module.__name__ == f"losses.{name}" and module.NAME == name == spec.name
     assert spec.defaults == losses.registry.signature_defaults(spec.fn)
-    assert "defaults=" not in inspect.getsource(module).split("spec = LossSpec(", 1)[1]
+    assert "defaults=" not in inspect.getsource(module).split("\nspec = ", 1)[1]
     for hook in (spec.batch_stats, spec.reference_update):
         if hook is not None:
             params = list(inspect.signature(hook).parameters.values())[1:]
