@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from losses.types import LossOutput
+
 Tensor = torch.Tensor
+
+#: the summed log-probs of a pair scored against a reference, each (B,): what every DPO-style loss reads
+PAIR_FIELDS = ("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
@@ -36,6 +41,13 @@ def pair_logratios(inputs, *, length_normalize: bool = False) -> tuple[Tensor, T
     return pc - rc, pr - rr
 
 
+def checked_logratios(inputs, name: str, *more: str, length_normalize: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`pair_logratios`, after checking that ``inputs`` holds :data:`PAIR_FIELDS` and ``more``
+    (loss ``name``'s error names what is missing)."""
+    inputs.require(name, *PAIR_FIELDS, *more)
+    return pair_logratios(inputs, length_normalize=length_normalize)
+
+
 def group_stats(values: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-element group mean, group std (unbiased, like ``torch.std``) and group size."""
     uniq, inv = torch.unique(group_ids, return_inverse=True)
@@ -61,3 +73,12 @@ def reward_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, Tensor]:
         "rewards/accuracy": (chosen > rejected).float().mean(),
         "rewards/margin": (chosen - rejected).mean(),
     }
+
+
+def pair_output(
+    losses: Tensor, chosen: Tensor, rejected: Tensor, extra: dict | None = None, *, state: dict | None = None
+) -> LossOutput:
+    """A pairwise loss's output: the mean of its (B,) per-pair ``losses``, the implicit-reward metrics of
+    ``chosen`` and ``rejected`` (:func:`reward_metrics`, usually ``β·`` the log-ratios), then the loss's
+    ``extra`` metrics; ``state``: as :class:`LossOutput`'s."""
+    return LossOutput(losses.mean(), {**reward_metrics(chosen, rejected), **(extra or {})}, state=state)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from losses._common import reward_metrics
+from losses._common import pair_output
 from losses._families import ref_free_pairs_spec
 from losses.registry import loss_name
 from losses.simpo import mean_logps, sigmoid_margin_loss
@@ -60,7 +60,7 @@ def alphapo_loss(
     inputs.require(NAME, "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen, rejected = (alpha_reward(m, alpha) for m in mean_logps(inputs))
     losses = sigmoid_margin_loss(beta * (chosen - rejected) - simpo_gamma, label_smoothing)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = ref_free_pairs_spec(

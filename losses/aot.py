@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -49,12 +49,11 @@ def sorted_logistic(upper: Tensor, lower: Tensor, beta: float, label_smoothing: 
 
 
 def aot_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    chosen, rejected = checked_logratios(inputs, NAME)
     policy_margin = inputs.chosen_logps - inputs.rejected_logps
     ref_margin = inputs.ref_chosen_logps - inputs.ref_rejected_logps
     losses = sorted_logistic(policy_margin, ref_margin, beta, label_smoothing)
-    chosen, rejected = pair_logratios(inputs)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

@@ -23,7 +23,7 @@ Metrics: per-pair implicit rewards ``β·log(π/π_ref)`` (before sorting).
 
 from __future__ import annotations
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.aot import sorted_logistic
 from losses.registry import loss_name
@@ -33,10 +33,9 @@ NAME = loss_name(__name__)
 
 
 def aot_unpaired_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.0) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     losses = sorted_logistic(chosen, rejected, beta, label_smoothing)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -31,11 +31,10 @@ NAME = loss_name(__name__)
 
 
 def apo_zero_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     r_w, r_l = beta * chosen, beta * rejected
     losses = (1 - torch.sigmoid(r_w)) + torch.sigmoid(r_l)
-    return LossOutput(losses.mean(), reward_metrics(r_w, r_l))
+    return pair_output(losses, r_w, r_l)
 
 
 spec = pairs_spec(

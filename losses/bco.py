@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -76,14 +76,11 @@ def reward_shift_delta(
 
 
 def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "running") -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     r_w, r_l = beta * chosen, beta * rejected
     delta, state = reward_shift_delta(r_w, r_l, reward_shift, inputs.state)
     losses = -F.logsigmoid(r_w - delta) - F.logsigmoid(-(r_l - delta))
-    metrics = reward_metrics(r_w, r_l)
-    metrics["bco/delta"] = delta
-    return LossOutput(losses.mean(), metrics, state=state)
+    return pair_output(losses, r_w, r_l, {"bco/delta": delta}, state=state)
 
 
 spec = pairs_spec(

@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.sampo import seeded_generator
@@ -98,17 +98,16 @@ def betadpo_loss(
     gamma: float = 0.9,
     seed: int = 0,
 ) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     gap = chosen - rejected
     state = update_state(inputs.state, gap, gamma)
     gen = seeded_generator(seed, inputs.ref_chosen_logps, inputs.ref_rejected_logps)
     kept = filter_pairs(gap, state, filter_ratio=filter_ratio, generator=gen).to(gap.device)
     beta_used = batch_beta(gap, kept, state, beta=beta, alpha=alpha)
     losses = -F.logsigmoid(beta_used * gap[kept])
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics.update({"betadpo/beta": beta_used, "betadpo/kept": float(kept.numel()), **_prefixed(state)})
-    return LossOutput(losses.mean(), metrics, state={k: v.float() for k, v in state.items()})
+    extra = {"betadpo/beta": beta_used, "betadpo/kept": float(kept.numel()), **_prefixed(state)}
+    new_state = {k: v.float() for k, v in state.items()}
+    return pair_output(losses, beta * chosen, beta * rejected, extra, state=new_state)
 
 
 def _prefixed(state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, reward_metrics
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -50,8 +50,7 @@ CAL_WEIGHT = 0.5  # the authors' code: DPO_loss + 0.5 * Cal_loss
 
 
 def caldpo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     target = 1.0 / (2.0 * beta)
     bt = -F.logsigmoid(chosen - rejected)
     cal = (chosen - target) ** 2 + (rejected + target) ** 2

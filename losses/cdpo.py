@@ -25,6 +25,7 @@ summed over response tokens. Reduction: mean over pairs. Metrics: implicit rewar
 
 from __future__ import annotations
 
+from losses._common import PAIR_FIELDS
 from losses._families import pairs_spec
 from losses.dpo import dpo_loss
 from losses.registry import loss_name
@@ -34,7 +35,7 @@ NAME = loss_name(__name__)
 
 
 def cdpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.1) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, *PAIR_FIELDS)
     if not 0.0 <= label_smoothing <= 0.5:
         raise ValueError(f"loss {NAME!r}: label_smoothing must lie in [0, 0.5], got {label_smoothing}")
     return dpo_loss(inputs, beta=beta, label_smoothing=label_smoothing)

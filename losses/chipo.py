@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
@@ -48,13 +48,12 @@ def chi_link(logratio: Tensor) -> Tensor:
 
 
 def chipo_loss(inputs: LossInputs, *, beta: float = 0.1, r_max: float | None = None) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     margin = beta * (chi_link(chosen) - chi_link(rejected))
     if r_max is not None:
         margin = margin.clamp(min=-2.0 * r_max, max=2.0 * r_max)
     losses = -F.logsigmoid(margin)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

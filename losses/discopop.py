@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -34,12 +34,11 @@ NAME = loss_name(__name__)
 
 
 def discopop_loss(inputs: LossInputs, *, beta: float = 0.05, discopop_tau: float = 0.05) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     rho = beta * (chosen - rejected)
     mix = torch.sigmoid(rho / discopop_tau)
     losses = (1 - mix) * -F.logsigmoid(rho) + mix * torch.exp(-rho)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

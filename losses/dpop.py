@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -34,13 +34,10 @@ NAME = loss_name(__name__)
 
 
 def dpop_loss(inputs: LossInputs, *, beta: float = 0.1, dpop_lambda: float = 50.0) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     penalty = torch.relu(-chosen)  # max(0, log π_ref(y_w) - log π_θ(y_w))
     losses = -F.logsigmoid(beta * (chosen - rejected - dpop_lambda * penalty))
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["dpop/penalty"] = penalty.detach().mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(losses, beta * chosen, beta * rejected, {"dpop/penalty": penalty.detach().mean()})
 
 
 spec = pairs_spec(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -60,13 +60,10 @@ def shift_at(progress: float | None, shift_lambda: float, shift_schedule: str) -
 def dposhift_loss(
     inputs: LossInputs, *, beta: float = 0.1, shift_lambda: float = 0.95, shift_schedule: str = "fixed"
 ) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     lam = shift_at(inputs.progress, shift_lambda, shift_schedule)
     losses = -F.logsigmoid(beta * chosen - lam * beta * rejected)
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["dposhift/lambda"] = lam
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(losses, beta * chosen, beta * rejected, {"dposhift/lambda": lam})
 
 
 spec = pairs_spec(

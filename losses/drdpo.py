@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, reward_metrics
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -36,8 +36,7 @@ NAME = loss_name(__name__)
 
 
 def drdpo_loss(inputs: LossInputs, *, beta: float = 0.1, beta_prime: float = 1.0) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     losses = -F.logsigmoid(beta * (chosen - rejected))
     loss = -beta_prime * (torch.logsumexp(-losses / beta_prime, dim=0) - math.log(losses.numel()))
     metrics = reward_metrics(beta * chosen, beta * rejected)

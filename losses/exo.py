@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -33,15 +33,14 @@ NAME = loss_name(__name__)
 
 
 def exo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.001) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    chosen, rejected = checked_logratios(inputs, NAME)
     eps = label_smoothing
     if not 0.0 < eps < 0.5:
         raise ValueError(f"loss {NAME!r}: label_smoothing must lie in (0, 0.5), got {eps}")
-    chosen, rejected = pair_logratios(inputs)
     z = beta * (chosen - rejected)
     log_qw, log_ql = F.logsigmoid(z), F.logsigmoid(-z)
     losses = torch.exp(log_qw) * (log_qw - math.log1p(-eps)) + torch.exp(log_ql) * (log_ql - math.log(eps))
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

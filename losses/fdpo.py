@@ -48,7 +48,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
@@ -85,14 +85,13 @@ def fdpo_loss(
     f_divergence_type: str = "reverse_kl",
     f_alpha_divergence_coef: float = 0.5,
 ) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     score = f_prime(chosen, f_divergence_type, f_alpha_divergence_coef)
     score = score - f_prime(rejected, f_divergence_type, f_alpha_divergence_coef)
     losses = -F.logsigmoid(beta * score)
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["fdpo/score_margin"] = (beta * score).mean().detach()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(
+        losses, beta * chosen, beta * rejected, {"fdpo/score_margin": (beta * score).mean().detach()}
+    )
 
 
 spec = pairs_spec(

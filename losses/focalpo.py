@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, reward_metrics
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -37,8 +37,7 @@ NAME = loss_name(__name__)
 
 
 def focalpo_loss(inputs: LossInputs, *, beta: float = 0.1, gamma: float = 0.05) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     log_p = F.logsigmoid(beta * (chosen - rejected))
     factor = (gamma * log_p).exp()
     metrics = reward_metrics(beta * chosen, beta * rejected)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
@@ -56,10 +56,9 @@ def convex_loss(rho: Tensor, loss_type: str) -> Tensor:
 
 
 def gpo_loss(inputs: LossInputs, *, beta: float = 0.1, loss_type: str = "exponential") -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     losses = convex_loss(beta * (chosen - rejected), loss_type)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

@@ -27,32 +27,24 @@ Metrics: the standard implicit rewards ``β·log(π/π_ref)`` (summed, as TRL lo
 
 from __future__ import annotations
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
 
-_FIELDS = (
-    "chosen_logps",
-    "rejected_logps",
-    "ref_chosen_logps",
-    "ref_rejected_logps",
-    "chosen_mask",
-    "rejected_mask",
-)
-
 
 def ipo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require(NAME, *_FIELDS)
-    chosen_avg, rejected_avg = pair_logratios(inputs, length_normalize=True)
+    chosen_avg, rejected_avg = checked_logratios(
+        inputs, NAME, "chosen_mask", "rejected_mask", length_normalize=True
+    )
     margin = chosen_avg - rejected_avg
     losses = (margin - 1.0 / (2.0 * beta)) ** 2
     chosen, rejected = pair_logratios(inputs)
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["ipo/normalized_margin"] = margin.detach().mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(
+        losses, beta * chosen, beta * rejected, {"ipo/normalized_margin": margin.detach().mean()}
+    )
 
 
 spec = pairs_spec(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import reward_metrics
+from losses._common import pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.sampo import TOKEN_FIELDS
@@ -58,7 +58,7 @@ def ld_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, ld_alpha: float = 0.5)
     inputs.require(NAME, *TOKEN_FIELDS)
     chosen, rejected = desensitised_logratios(inputs, ld_alpha)
     losses = -F.logsigmoid(beta * (chosen - rejected))
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

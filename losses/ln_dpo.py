@@ -25,32 +25,24 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
 
-_FIELDS = (
-    "chosen_logps",
-    "rejected_logps",
-    "ref_chosen_logps",
-    "ref_rejected_logps",
-    "chosen_mask",
-    "rejected_mask",
-)
-
 
 def ln_dpo_loss(inputs: LossInputs, *, beta: float = 5.0) -> LossOutput:
-    inputs.require(NAME, *_FIELDS)
-    chosen_avg, rejected_avg = pair_logratios(inputs, length_normalize=True)
+    chosen_avg, rejected_avg = checked_logratios(
+        inputs, NAME, "chosen_mask", "rejected_mask", length_normalize=True
+    )
     margin = chosen_avg - rejected_avg
     losses = -F.logsigmoid(beta * margin)
     chosen, rejected = pair_logratios(inputs)
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["ln_dpo/normalized_margin"] = margin.detach().mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(
+        losses, beta * chosen, beta * rejected, {"ln_dpo/normalized_margin": margin.detach().mean()}
+    )
 
 
 spec = pairs_spec(

@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
@@ -56,13 +56,10 @@ def score_offset(inputs: LossInputs, *, alpha: float, offset: float) -> Tensor:
 def odpo_loss(
     inputs: LossInputs, *, beta: float = 0.1, alpha: float = 1.0, offset: float = 1.0
 ) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     delta = score_offset(inputs, alpha=alpha, offset=offset)
     losses = -F.logsigmoid(beta * (chosen - rejected) - delta)
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["odpo/offset"] = delta.mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(losses, beta * chosen, beta * rejected, {"odpo/offset": delta.mean()})
 
 
 spec = pairs_spec(

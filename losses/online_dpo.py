@@ -23,6 +23,7 @@ trainer's job here.
 
 from __future__ import annotations
 
+from losses._common import PAIR_FIELDS
 from losses._families import self_play_pairs_spec
 from losses.dpo import dpo_loss
 from losses.registry import loss_name
@@ -39,7 +40,7 @@ def score_metrics(inputs: LossInputs) -> dict[str, float]:
 
 
 def online_dpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, *PAIR_FIELDS)
     out = dpo_loss(inputs, beta=beta)
     return LossOutput(out.loss, {**out.metrics, **score_metrics(inputs)})
 

@@ -33,31 +33,21 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
 
-_FIELDS = (
-    "chosen_logps",
-    "rejected_logps",
-    "ref_chosen_logps",
-    "ref_rejected_logps",
-    "chosen_mask",
-    "rejected_mask",
-)
-
 
 def rdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.01) -> LossOutput:
-    inputs.require(NAME, *_FIELDS)
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME, "chosen_mask", "rejected_mask")
     length_diff = inputs.chosen_mask.sum(-1) - inputs.rejected_mask.sum(-1)
     losses = -F.logsigmoid(beta * (chosen - rejected) + alpha * length_diff)
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["rdpo/length_diff"] = length_diff.detach().float().mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(
+        losses, beta * chosen, beta * rejected, {"rdpo/length_diff": length_diff.detach().float().mean()}
+    )
 
 
 spec = pairs_spec(

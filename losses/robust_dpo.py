@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -35,14 +35,13 @@ NAME = loss_name(__name__)
 
 
 def robust_dpo_loss(inputs: LossInputs, *, beta: float = 0.1, label_smoothing: float = 0.1) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    chosen, rejected = checked_logratios(inputs, NAME)
     eps = label_smoothing
     if not 0.0 <= eps < 0.5:
         raise ValueError(f"loss {NAME!r}: label_smoothing must lie in [0, 0.5), got {eps}")
-    chosen, rejected = pair_logratios(inputs)
     z = beta * (chosen - rejected)
     losses = (-(1 - eps) * F.logsigmoid(z) + eps * F.logsigmoid(-z)) / (1 - 2 * eps)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

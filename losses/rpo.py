@@ -24,7 +24,7 @@ Metrics: implicit rewards (detached), accuracy, margin, the NLL term.
 
 from __future__ import annotations
 
-from losses._common import lengths
+from losses._common import PAIR_FIELDS, lengths
 from losses._families import pairs_spec
 from losses.dpo import dpo_loss
 from losses.registry import loss_name
@@ -34,9 +34,7 @@ NAME = loss_name(__name__)
 
 
 def rpo_loss(inputs: LossInputs, *, beta: float = 0.1, rpo_alpha: float = 1.0) -> LossOutput:
-    inputs.require(
-        NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps", "chosen_mask"
-    )
+    inputs.require(NAME, *PAIR_FIELDS, "chosen_mask")
     dpo = dpo_loss(inputs, beta=beta)
     nll = (-inputs.chosen_logps / lengths(inputs.chosen_mask)).mean()
     metrics = {**dpo.metrics, "rpo/nll": float(nll.detach())}

@@ -41,7 +41,7 @@ import hashlib
 import torch
 import torch.nn.functional as F
 
-from losses._common import reward_metrics
+from losses._common import pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
@@ -95,9 +95,9 @@ def sampo_loss(inputs: LossInputs, *, beta: float = 0.1, seed: int = 0) -> LossO
     chosen = ((inputs.chosen_token_logps - inputs.ref_chosen_token_logps) * keep_c).sum(-1)
     rejected = ((inputs.rejected_token_logps - inputs.ref_rejected_token_logps) * keep_r).sum(-1)
     losses = -F.logsigmoid(beta * (chosen - rejected))
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["sampo/kept_tokens"] = keep_c.sum(-1).float().mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(
+        losses, beta * chosen, beta * rejected, {"sampo/kept_tokens": keep_c.sum(-1).float().mean()}
+    )
 
 
 spec = pairs_spec(

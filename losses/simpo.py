@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import lengths, reward_metrics
+from losses._common import lengths, pair_output
 from losses._families import ref_free_pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
@@ -60,7 +60,7 @@ def simpo_loss(
     inputs.require(NAME, "chosen_logps", "rejected_logps", "chosen_mask", "rejected_mask")
     chosen, rejected = mean_logps(inputs)
     losses = sigmoid_margin_loss(beta * (chosen - rejected) - simpo_gamma, label_smoothing)
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = ref_free_pairs_spec(

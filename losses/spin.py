@@ -36,6 +36,7 @@ Inputs and metrics as ``dpo``. Reduction: mean over pairs. TRL has no SPIN train
 
 from __future__ import annotations
 
+from losses._common import PAIR_FIELDS
 from losses._families import self_play_pairs_spec
 from losses.dpo import dpo_loss
 from losses.registry import loss_name
@@ -46,7 +47,7 @@ NAME = loss_name(__name__)
 
 def spin_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
     """SPIN's logistic loss against the iterate (the reference)."""
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, *PAIR_FIELDS)
     return dpo_loss(inputs, beta=beta)
 
 

@@ -30,7 +30,7 @@ is tested), which has the same minimiser and twice the gradient.
 
 from __future__ import annotations
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -39,11 +39,10 @@ NAME = loss_name(__name__)
 
 
 def sppo_loss(inputs: LossInputs, *, beta: float = 0.001) -> LossOutput:
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME)
     target = 1.0 / (2.0 * beta)
     losses = (chosen - target) ** 2 + (rejected + target) ** 2
-    return LossOutput(losses.mean(), reward_metrics(beta * chosen, beta * rejected))
+    return pair_output(losses, beta * chosen, beta * rejected)
 
 
 spec = pairs_spec(

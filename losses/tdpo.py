@@ -35,15 +35,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import pair_logratios, reward_metrics
+from losses._common import checked_logratios, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
 
-REQUIRED = (
-    *("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"),
+#: read besides the pair's summed log-probs (``losses._common.PAIR_FIELDS``)
+MORE_FIELDS = (
     *("chosen_mask", "rejected_mask"),
     *("chosen_logits", "rejected_logits", "ref_chosen_logits", "ref_rejected_logits"),
 )
@@ -59,15 +59,17 @@ def sequential_kl(logits: Tensor, ref_logits: Tensor, mask: Tensor) -> Tensor:
 
 
 def tdpo_loss(inputs: LossInputs, *, beta: float = 0.1, alpha: float = 0.5, tdpo2: bool = True) -> LossOutput:
-    inputs.require(NAME, *REQUIRED)
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME, *MORE_FIELDS)
     kl_w = sequential_kl(inputs.chosen_logits, inputs.ref_chosen_logits, inputs.chosen_mask)
     kl_l = sequential_kl(inputs.rejected_logits, inputs.ref_rejected_logits, inputs.rejected_mask)
     delta = alpha * (kl_l - kl_w.detach()) if tdpo2 else kl_l - kl_w
     losses = -F.logsigmoid(beta * (chosen - rejected - delta))
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics.update({"tdpo/kl_chosen": kl_w.mean().detach(), "tdpo/kl_rejected": kl_l.mean().detach()})
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(
+        losses,
+        beta * chosen,
+        beta * rejected,
+        {"tdpo/kl_chosen": kl_w.mean().detach(), "tdpo/kl_rejected": kl_l.mean().detach()},
+    )
 
 
 spec = pairs_spec(

@@ -25,6 +25,7 @@ Inputs and metrics: as DPO. Reduction: mean over pairs.
 
 from __future__ import annotations
 
+from losses._common import PAIR_FIELDS
 from losses._families import pairs_spec
 from losses.dpo import dpo_loss
 from losses.reference import mix_reference_, should_sync_reference
@@ -49,7 +50,7 @@ def tr_dpo_loss(
     ref_model_sync_steps: int = 512,
 ) -> LossOutput:
     """DPO against the current reference; the two reference knobs are read by the trainer."""
-    inputs.require(NAME, "chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
+    inputs.require(NAME, *PAIR_FIELDS)
     return dpo_loss(inputs, beta=beta)
 
 

@@ -33,15 +33,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from losses._common import masked_mean, pair_logratios, reward_metrics
+from losses._common import checked_logratios, masked_mean, pair_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
 
-REQUIRED = (
-    *("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"),
+#: read besides the pair's summed log-probs (``losses._common.PAIR_FIELDS``)
+MORE_FIELDS = (
     *("chosen_token_logps", "rejected_token_logps", "chosen_mask", "rejected_mask"),
     *("chosen_logits", "rejected_logits"),
 )
@@ -56,15 +56,12 @@ def response_weight(token_logps: Tensor, logits: Tensor, mask: Tensor) -> Tensor
 
 
 def wpo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    inputs.require(NAME, *REQUIRED)
-    chosen, rejected = pair_logratios(inputs)
+    chosen, rejected = checked_logratios(inputs, NAME, *MORE_FIELDS)
     w_c = response_weight(inputs.chosen_token_logps, inputs.chosen_logits, inputs.chosen_mask)
     w_r = response_weight(inputs.rejected_token_logps, inputs.rejected_logits, inputs.rejected_mask)
     weight = w_c * w_r
     losses = -weight * F.logsigmoid(beta * (chosen - rejected))
-    metrics = reward_metrics(beta * chosen, beta * rejected)
-    metrics["wpo/weight"] = weight.mean()
-    return LossOutput(losses.mean(), metrics)
+    return pair_output(losses, beta * chosen, beta * rejected, {"wpo/weight": weight.mean()})
 
 
 spec = pairs_spec(
