@@ -9,7 +9,9 @@ Per response token, in this order (:func:`token_losses`):
    weight; ``tis_token`` and ``tis_sequence`` (truncated importance sampling, ``w`` capped at
    ``is_cap``) and ``decoupled`` (AReaL's decoupled PPO, tokens whose ``π_prox/μ`` exceeds ``is_cap``
    masked) correct for stale rollouts (:func:`losses._online.corrected_ratio`); this ``is_cap`` is the
-   loss's, not the diagnostics' ``online.diagnostic_is_cap``;
+   loss's, not the diagnostics' ``online.diagnostic_is_cap``. Its default, 2.0, is TIS's; for
+   ``decoupled`` it is a deliberate choice (AReaL had no cap, later 5.0; the staleness studies set
+   ``loss.is_cap: 5.0`` on their decoupled arm), documented in ``corrected_ratio``;
 2. the clipped surrogate ``−min(r·A, clip(r, 1−ε, 1+ε_high)·A)`` (``epsilon``, ``epsilon_high``), times
    ``w``;
 3. plus ``β·k3`` when ``beta ≠ 0``, Schulman's k3 KL to the reference (then ``ref_token_logps`` is

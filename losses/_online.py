@@ -105,6 +105,16 @@ def corrected_ratio(
       w_t = π_prox/μ, and tokens whose w_t exceeds ``cap`` get weight 0 (masked, AReaL's
       ``behav_imp_weight_cap``), still counted in the loss's denominator.
 
+    The cap is the loss's ``is_cap`` hyper-parameter (``loss.is_cap`` in a grid), one default for every
+    correction: 2.0, TIS's (verl's ``rollout_is_threshold``). For ``decoupled`` that default is a choice
+    of ours, not AReaL's: its decoupled loss first had no cap (``behav_imp_weight_cap=None``, nothing
+    masked) and later defaulted to 5.0. We keep 2.0 because a new default would change the run ids of
+    the committed studies, which must still plan as finished; a run sets the cap it wants. The staleness
+    studies (``recipes/staleness.yaml``, ``recipes/staleness_paper.yaml``) set it per arm: ``tis_token``
+    at 2.0, ``decoupled`` at 5.0 (AReaL's later default). A cap above every weight (``loss.is_cap: 1e9``;
+    the registry takes finite numbers only) masks nothing: AReaL's uncapped loss.
+    ``tests/test_corrections.py`` pins both.
+
     Log-ratios are clamped to ±20 before exponentiating (verl's guard)."""
     if correction not in CORRECTIONS:
         raise ValueError(

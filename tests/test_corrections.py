@@ -12,7 +12,7 @@ import losses
 from losses._online import corrected_ratio
 from losses.types import LossInputs
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import train_online
+from oxbench.engine.build import train_online
 from oxbench.models.loading import load_model
 
 L = math.log
@@ -60,6 +60,32 @@ def test_a_second_pass_clips_against_the_proximal_policy():
     x.token_logps = (x.token_logps.detach() + torch.tensor([[0.5, 0.0], [0.0, 0.0]])).requires_grad_()
     ratio, _ = corrected_ratio(x, "decoupled", 5.0, "sgrpo")
     assert float(ratio[0, 0]) == pytest.approx(math.exp(0.5))
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "dapo", "sgrpo"])
+def test_the_decoupled_cap_defaults_to_tis_cap_by_choice(name):
+    """Issue 27.7: every correction shares one ``is_cap`` default, 2.0 (TIS's). AReaL's decoupled loss
+    had none (then 5.0); 2.0 is kept as a documented choice, so committed run ids stand, and a grid sets
+    ``loss.is_cap`` (the staleness studies' decoupled arm: 5.0)."""
+    assert losses.get(name).defaults["is_cap"] == 2.0
+    assert "behav_imp_weight_cap=None" in corrected_ratio.__doc__ and "loss.is_cap" in corrected_ratio.__doc__
+
+
+def test_decoupled_masks_above_the_cap_and_still_counts_the_token():
+    """sgrpo, first pass (r = 1), advantages ±1/√2, behaviour weights π_prox/μ = [[2, 1], [1, 1]].
+    Cap 1.5: the first token (w = 2 > 1.5) gets weight 0 and no gradient but stays in the token mean's
+    denominator: −(1/√2)(0 + 1 − 1 − 1)/4 = 0.25/√2 (not /3). A cap above every weight masks nothing,
+    AReaL's uncapped decoupled loss: −(1/√2)(2 + 1 − 1 − 1)/4 = −0.25/√2."""
+    sgrpo = losses.get("sgrpo")
+    x = inputs()
+    capped = sgrpo(x, is_correction="decoupled", is_cap=1.5).loss
+    assert float(capped) == pytest.approx(0.25 / math.sqrt(2), abs=1e-6)
+    (grad,) = torch.autograd.grad(capped, x.token_logps)
+    assert grad[0, 0] == 0 and (grad[0, 1:] != 0).all() and (grad[1] != 0).all()
+    uncapped = sgrpo(inputs(), is_correction="decoupled", is_cap=1e9).loss
+    assert float(uncapped) == pytest.approx(-0.25 / math.sqrt(2), abs=1e-6)
+    _, weight = corrected_ratio(inputs(), "decoupled", 1e9, "sgrpo")
+    assert torch.allclose(weight, torch.tensor([[2.0, 1.0], [1.0, 1.0]]))
 
 
 def test_unknown_correction_names_the_choices():
