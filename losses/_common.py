@@ -82,3 +82,18 @@ def pair_output(
     ``chosen`` and ``rejected`` (:func:`reward_metrics`, usually ``β·`` the log-ratios), then the loss's
     ``extra`` metrics; ``state``: as :class:`LossOutput`'s."""
     return LossOutput(losses.mean(), {**reward_metrics(chosen, rejected), **(extra or {})}, state=state)
+
+
+def normalized_margin(inputs, name: str) -> Tensor:
+    """(B,) ``h̄``, the chosen-minus-rejected log-ratio margin averaged per response token (IPO, LN-DPO),
+    after checking the pair's fields and both masks."""
+    chosen, rejected = checked_logratios(inputs, name, "chosen_mask", "rejected_mask", length_normalize=True)
+    return chosen - rejected
+
+
+def normalized_margin_output(losses: Tensor, margin: Tensor, inputs, beta: float, name: str) -> LossOutput:
+    """:func:`pair_output` of a loss on :func:`normalized_margin`: the implicit rewards ``β·`` the *summed*
+    log-ratios (as TRL logs them), then ``<name>/normalized_margin``, the mean of ``margin``."""
+    chosen, rejected = pair_logratios(inputs)
+    extra = {f"{name}/normalized_margin": margin.detach().mean()}
+    return pair_output(losses, beta * chosen, beta * rejected, extra)

@@ -27,7 +27,7 @@ Metrics: the standard implicit rewards ``β·log(π/π_ref)`` (summed, as TRL lo
 
 from __future__ import annotations
 
-from losses._common import checked_logratios, pair_logratios, pair_output
+from losses._common import normalized_margin, normalized_margin_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -36,15 +36,9 @@ NAME = loss_name(__name__)
 
 
 def ipo_loss(inputs: LossInputs, *, beta: float = 0.1) -> LossOutput:
-    chosen_avg, rejected_avg = checked_logratios(
-        inputs, NAME, "chosen_mask", "rejected_mask", length_normalize=True
-    )
-    margin = chosen_avg - rejected_avg
+    margin = normalized_margin(inputs, NAME)
     losses = (margin - 1.0 / (2.0 * beta)) ** 2
-    chosen, rejected = pair_logratios(inputs)
-    return pair_output(
-        losses, beta * chosen, beta * rejected, {"ipo/normalized_margin": margin.detach().mean()}
-    )
+    return normalized_margin_output(losses, margin, inputs, beta, NAME)
 
 
 spec = pairs_spec(

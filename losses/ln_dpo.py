@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from losses._common import checked_logratios, pair_logratios, pair_output
+from losses._common import normalized_margin, normalized_margin_output
 from losses._families import pairs_spec
 from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
@@ -34,15 +34,9 @@ NAME = loss_name(__name__)
 
 
 def ln_dpo_loss(inputs: LossInputs, *, beta: float = 5.0) -> LossOutput:
-    chosen_avg, rejected_avg = checked_logratios(
-        inputs, NAME, "chosen_mask", "rejected_mask", length_normalize=True
-    )
-    margin = chosen_avg - rejected_avg
+    margin = normalized_margin(inputs, NAME)
     losses = -F.logsigmoid(beta * margin)
-    chosen, rejected = pair_logratios(inputs)
-    return pair_output(
-        losses, beta * chosen, beta * rejected, {"ln_dpo/normalized_margin": margin.detach().mean()}
-    )
+    return normalized_margin_output(losses, margin, inputs, beta, NAME)
 
 
 spec = pairs_spec(
