@@ -6,19 +6,29 @@ them without importing anything, ``get(name)`` imports exactly one module.
 
 The trainer reads a spec's capabilities (``data``, ``needs_reference``, ...) and never
 looks at its name.
+
+Planning needs only those capabilities, not the functions: :func:`info` answers from the generated
+index ``losses/index.json`` (:class:`LossInfo`, no torch) when the index is current and the name is
+a built-in, and from the live spec otherwise (a plugin, a registered spec, a stale index).
+``python -m losses`` regenerates the index; ``tests/test_loss_index.py`` fails when it is stale.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import inspect
+import json
 import math
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from losses.types import LossInputs, LossOutput
+if TYPE_CHECKING:  # the loss functions' types import torch; the registry itself does not
+    from losses.types import LossInputs, LossOutput
 
 ENTRY_POINT_GROUP = "oxbench.losses"
 PARADIGMS = ("sft", "offline", "offline_ref_free", "unpaired", "online")
@@ -30,8 +40,51 @@ class LossError(ValueError):
     """Raised for an unknown, duplicate or malformed loss. Its message is one line."""
 
 
+class _Decisions:
+    """What planning decides from a loss's capabilities; shared by :class:`LossSpec` (the live spec)
+    and :class:`LossInfo` (its entry in the index), so both answer alike."""
+
+    name: str
+    data: str
+    needs_reference: bool
+    generates_own_pairs: bool
+    defaults: dict[str, Any]
+
+    def resolve_hparams(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``defaults`` updated by ``overrides``; an unknown key is an error with a suggestion."""
+        overrides = dict(overrides or {})
+        unknown = [k for k in overrides if k not in self.defaults]
+        if unknown:
+            key = unknown[0]
+            raise LossError(
+                f"loss {self.name!r}: unknown hyper-parameter {key!r}{_did_you_mean(key, self.defaults)}"
+                f" (known: {', '.join(sorted(self.defaults)) or 'none'})"
+            )
+        for key, value in overrides.items():
+            _check_hparam_type(self.name, key, value, self.defaults[key])
+        return {**self.defaults, **overrides}
+
+    def uses_reference(self, hparams: dict[str, Any]) -> bool:
+        """Whether a run with these hyper-parameters needs the reference model: ``needs_reference``,
+        or a KL coefficient ``beta`` > 0 on a method whose KL to the reference is optional (GRPO-style
+        losses are reference-free by default)."""
+        return self.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
+
+    @property
+    def trains_online(self) -> bool:
+        """Whether the method trains on experience from the policy as it learns: rollouts (``data``
+        ``online``) or preference pairs it samples itself (``generates_own_pairs``). The one place
+        that decides it."""
+        return self.data == "online" or self.generates_own_pairs
+
+    def uses_entropy(self, hparams: dict[str, Any]) -> bool:
+        """Whether the loss reads ``token_entropy``: an entropy coefficient ``entropy_coef`` != 0 (the
+        GRPO-family losses' optional entropy regularisation)."""
+        return float(hparams.get("entropy_coef", 0.0) or 0.0) != 0
+
+
 @dataclass(frozen=True)
-class LossSpec:
+class LossSpec(_Decisions):
     """What the trainer needs to know about one algorithm.
 
     name:               registry key, as written in grids (``method: dpo``).
@@ -126,38 +179,6 @@ class LossSpec:
         if self.pairs_from_iterate and not self.generates_own_pairs:
             raise LossError(f"{where}: pairs_from_iterate needs generates_own_pairs")
 
-    def resolve_hparams(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``defaults`` updated by ``overrides``; an unknown key is an error with a suggestion."""
-        overrides = dict(overrides or {})
-        unknown = [k for k in overrides if k not in self.defaults]
-        if unknown:
-            key = unknown[0]
-            raise LossError(
-                f"loss {self.name!r}: unknown hyper-parameter {key!r}{_did_you_mean(key, self.defaults)}"
-                f" (known: {', '.join(sorted(self.defaults)) or 'none'})"
-            )
-        for key, value in overrides.items():
-            _check_hparam_type(self.name, key, value, self.defaults[key])
-        return {**self.defaults, **overrides}
-
-    def uses_reference(self, hparams: dict[str, Any]) -> bool:
-        """Whether a run with these hyper-parameters needs the reference model: ``needs_reference``,
-        or a KL coefficient ``beta`` > 0 on a method whose KL to the reference is optional (GRPO-style
-        losses are reference-free by default)."""
-        return self.needs_reference or float(hparams.get("beta", 0.0) or 0.0) > 0
-
-    @property
-    def trains_online(self) -> bool:
-        """Whether the method trains on experience from the policy as it learns: rollouts (``data``
-        ``online``) or preference pairs it samples itself (``generates_own_pairs``). The one place
-        that decides it."""
-        return self.data == "online" or self.generates_own_pairs
-
-    def uses_entropy(self, hparams: dict[str, Any]) -> bool:
-        """Whether the loss reads ``token_entropy``: an entropy coefficient ``entropy_coef`` != 0 (the
-        GRPO-family losses' optional entropy regularisation)."""
-        return float(hparams.get("entropy_coef", 0.0) or 0.0) != 0
-
     def __call__(self, inputs: LossInputs, **hparams: Any) -> LossOutput:
         return self.fn(inputs, **self.resolve_hparams(hparams))
 
@@ -184,6 +205,40 @@ class LossSpec:
             "description": self.description,
             "fn": _qualname(self.fn),
         }
+
+
+@dataclass(frozen=True)
+class LossInfo(_Decisions):
+    """A built-in's entry in the index: :meth:`LossSpec.metadata`, the functions named (``module:qualname``)
+    rather than imported. Planning, run_ids and ``oxbench losses`` read these fields alone."""
+
+    name: str
+    paradigm: str
+    data: str
+    needs_reference: bool
+    defaults: dict[str, Any]
+    paper: str
+    version: int
+    sft_source: str
+    needs_value_model: bool
+    updates_reference: bool
+    needs_full_logits: bool
+    generates_own_pairs: bool
+    chosen_source: str
+    pairs_from_iterate: bool
+    reference_update: str | None
+    batch_stats: str | None
+    initial_state: dict[str, float]
+    description: str
+    fn: str
+
+    def metadata(self) -> dict[str, Any]:
+        """The live spec's :meth:`LossSpec.metadata`, key for key."""
+        return {f.name: _copy(getattr(self, f.name)) for f in fields(self)}
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else value
 
 
 def signature_defaults(fn: Callable) -> dict[str, Any]:
@@ -221,12 +276,21 @@ def _did_you_mean(name: str, choices) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+_SCANNED: dict[tuple[str, ...], dict[str, list]] = {}  # sys.path -> its entry points
+
+
 def _entry_points() -> dict[str, list]:
-    """name -> entry points declaring it (normally one)."""
-    found: dict[str, list] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, []).append(ep)
-    return found
+    """name -> entry points declaring it (normally one). Scanning the installed distributions takes
+    tens of milliseconds and a grid asks once per cell, so the scan is kept for as long as
+    ``sys.path`` is unchanged (a path added later, e.g. a plugin's, is scanned afresh)."""
+    key = tuple(sys.path)
+    if key not in _SCANNED:
+        found: dict[str, list] = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            found.setdefault(ep.name, []).append(ep)
+        _SCANNED.clear()
+        _SCANNED[key] = found
+    return {name: list(eps) for name, eps in _SCANNED[key].items()}
 
 
 def _dist_name(ep) -> str:
@@ -351,3 +415,70 @@ def get(name: str) -> LossSpec:
 def all_specs() -> list[LossSpec]:
     """Load every spec (``oxbench losses``). Raises on the first broken plugin."""
     return [get(n) for n in names()]
+
+
+# ------------------------------------------------------------------ the index (planning without torch)
+
+INDEX = Path(__file__).with_name("index.json")
+_INDEX: dict[str, dict] = {}  # "entries": the current index's entries, read once
+_INFO: dict[str, LossInfo] = {}
+
+
+def sources_digest() -> str:
+    """A hash of every module of this package: the index describes these sources and no others."""
+    digest = hashlib.sha256()
+    for path in sorted(INDEX.parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def builtin_names() -> list[str]:
+    """The built-ins: names declared by exactly one entry point, into this package."""
+    return sorted(
+        n for n, eps in _entry_points().items() if len(eps) == 1 and eps[0].value.startswith("losses.")
+    )
+
+
+def build_index() -> dict[str, Any]:
+    """The index of the built-ins from the live registry (so it imports every built-in, and torch):
+    per loss, its entry point and :meth:`LossSpec.metadata`; and the digest of the sources it read."""
+    eps = _entry_points()
+    entries = {n: {"entry_point": eps[n][0].value, **get(n).metadata()} for n in builtin_names()}
+    return {"generated_by": "python -m losses", "sources": sources_digest(), "losses": entries}
+
+
+def render_index(index: dict[str, Any]) -> str:
+    """The index as ``losses/index.json`` holds it."""
+    return json.dumps(index, indent=1, ensure_ascii=False) + "\n"
+
+
+def _index() -> dict[str, dict]:
+    """The index's entries when it is current (written from these very sources), else none."""
+    if "entries" not in _INDEX:
+        entries: dict[str, dict] = {}
+        try:
+            index = json.loads(INDEX.read_text(encoding="utf-8"))
+            if isinstance(index, dict) and index.get("sources") == sources_digest():
+                entries = dict(index["losses"])
+        except (OSError, ValueError, KeyError, TypeError):
+            entries = {}
+        _INDEX["entries"] = entries
+    return _INDEX["entries"]
+
+
+def info(name: str) -> LossSpec | LossInfo:
+    """What planning needs to know about ``name``, without importing its loss when the index can say
+    it: the index's entry when the index is current, ``name`` is not registered in this process and
+    the one entry point declaring it is the one the index names. Otherwise the live spec (:func:`get`),
+    which is also where an unknown or twice-declared name is an error."""
+    entry = None if name in _REGISTRY else _index().get(name)
+    if entry is None or [ep.value for ep in _entry_points().get(name, [])] != [entry["entry_point"]]:
+        return get(name)
+    if name not in _INFO:
+        _INFO[name] = LossInfo(**{k: v for k, v in entry.items() if k != "entry_point"})
+    return _INFO[name]
+
+
+def all_info() -> list[LossSpec | LossInfo]:
+    """Every loss as :func:`info` gives it (``oxbench losses``). Raises on the first broken plugin."""
+    return [info(n) for n in names()]
