@@ -235,6 +235,10 @@ class ModelConfig(Strict):
         return self
 
 
+# arith's knobs below which it has no problems: field -> (lowest, what the error says arith needs)
+ARITH_LEAST = {"n_ops": (1, "at least 1 operation per problem"), "max_operand": (2, "max_operand >= 2")}
+
+
 class TaskConfig(Strict):
     name: Literal["arith", "gsm8k"] = "arith"
     n_ops: int = renamed(2, "steps", "n_ops")  # arith: operations per problem
@@ -243,18 +247,12 @@ class TaskConfig(Strict):
     test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
 
-    @field_validator("n_ops")
+    @field_validator("n_ops", "max_operand")
     @classmethod
-    def _n_ops_positive(cls, v):
-        if v < 1:
-            raise ValueError(f"arith needs at least 1 operation per problem, got {v} (no problems)")
-        return v
-
-    @field_validator("max_operand")
-    @classmethod
-    def _operand_range(cls, v):
-        if v < 2:
-            raise ValueError(f"arith needs max_operand >= 2, got {v} (no problems)")
+    def _some_problems(cls, v, info):
+        least, needs = ARITH_LEAST[info.field_name]
+        if v < least:
+            raise ValueError(f"arith needs {needs}, got {v} (no problems)")
         return v
 
     @model_validator(mode="after")
@@ -727,11 +725,12 @@ def micro_batches_per_rank(prompts_per_batch: int, batch_size: int, world: int, 
 
 
 def _spec(method: str):
-    """The registered spec of ``method``, or None (the grid's plan names an unknown method)."""
+    """What the registry knows of ``method`` (:func:`losses.info`: its capabilities, from the index when
+    it can, without importing the loss), or None (the grid's plan names an unknown method)."""
     import losses
 
     try:
-        return losses.get(method)
+        return losses.info(method)
     except losses.LossError:
         return None
 

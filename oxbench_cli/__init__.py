@@ -25,8 +25,9 @@ from oxbench.grid.record import arm_label
 from oxbench.grid.runs import read_record, run_dir
 from oxbench.grid.spec import GridError, expand, load_grid, load_run_config
 
-# Heavy libraries (torch through the loss registry, transformers, the engine) are imported where a
-# command needs them, so --help and a bad grid file answer before torch has loaded.
+# Heavy libraries (torch, transformers, the engine) are imported only where a command trains or loads a
+# loss: --help, losses, --plan and every bad-input error read the loss registry's index
+# (losses.info, losses/index.json) and answer without torch (tests/test_cli_fast.py).
 
 app = typer.Typer(
     add_completion=False,
@@ -98,7 +99,7 @@ def _estimate_seconds(cfg) -> float:
     seq = 130 if cfg.task.name == "arith" else 400
     from oxbench.engine.plan import resolve
 
-    spec = (plan := resolve(cfg)).spec
+    spec = (plan := resolve(cfg, live=False)).spec
     o = cfg.online
     if plan.caps.online:
         train_tokens = o.prompts_per_batch * o.n * o.rounds * o.inner_epochs * seq
@@ -119,7 +120,7 @@ def _estimate_seconds(cfg) -> float:
 def _online_cell(cfg) -> bool:
     from oxbench.engine.plan import resolve
 
-    return resolve(cfg).caps.online
+    return resolve(cfg, live=False).caps.online
 
 
 def print_plan(cells, out: Path) -> dict:
@@ -405,8 +406,6 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
 
 
 def _run_single(config: Path, out: Path, plan: bool) -> None:
-    from oxbench.grid.runner import run_cell
-
     try:
         cfg = load_run_config(config)
     except GridError as exc:
@@ -415,8 +414,9 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
         print_plan([cfg], out)
         return
     _check_out_writable(out)
-    from oxbench.engine import distributed as D
+    from oxbench.engine import distributed as D  # training: torch from here on
     from oxbench.engine.checkpoint import signals_handled
+    from oxbench.grid.runner import run_cell
 
     with signals_handled():  # SIGTERM, SIGUSR1, Ctrl-C: checkpoint, record "preempted", exit 1
         rec = run_cell(cfg, out)
@@ -451,7 +451,7 @@ def list_losses(
     if ctx.invoked_subcommand is not None:
         return
     try:
-        specs = losses.all_specs()
+        specs = losses.all_info()  # the index's built-ins (no torch) and the plugins' live specs
     except losses.LossError as exc:
         fail(str(exc))
     if as_json:

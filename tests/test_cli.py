@@ -150,24 +150,13 @@ def test_nan_loss_fails_its_run_and_the_grid_goes_on(tmp_path, micro_model_dir):
     """Two cells in their own processes: the NaN one is recorded as failed, the other finishes, exit 1."""
     g = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["nan_loss", "sft"]}))
     env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oxbench_cli",
-            "run",
-            "--grid",
-            str(g),
-            "--out",
-            str(tmp_path / "o"),
-            "--plugin",
-            "nan_plugin",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+
+    def oxbench(*extra: str) -> subprocess.CompletedProcess:
+        argv = ["run", "--grid", str(g), "--out", str(tmp_path / "o"), "--plugin", "nan_plugin", *extra]
+        return subprocess.run([sys.executable, "-m", "oxbench_cli", *argv], capture_output=True, text=True,
+                              env=env, timeout=600)  # fmt: skip
+
+    proc = oxbench()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     recs = {
         json.loads(p.read_text())["method"]: json.loads(p.read_text())
@@ -181,23 +170,5 @@ def test_nan_loss_fails_its_run_and_the_grid_goes_on(tmp_path, micro_model_dir):
     )
     assert "failed" in proc.stderr and recs["nan_loss"]["run_id"] in proc.stderr
     # re-running skips the finished cell and retries only the failed one
-    proc2 = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oxbench_cli",
-            "run",
-            "--grid",
-            str(g),
-            "--out",
-            str(tmp_path / "o"),
-            "--plugin",
-            "nan_plugin",
-            "--plan",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    proc2 = oxbench("--plan")
     assert "finished 1, to run 1" in proc2.stdout

@@ -5,6 +5,10 @@ grid that does), resolves its hyper-parameters, and derives the method's capabil
 trains online, on self-play data made before training, against a cached or a live reference, with a
 value head, and whether the shared-prompt forward serves it. Everything downstream reads these
 fields; nothing asks the registry again or branches on a loss's name.
+
+Planning (``resolve(cfg, live=False)``: the grid's validation, the CLI's plan) reads the capabilities
+from the registry's index (:func:`losses.info`) and imports no loss and no torch; training resolves the
+live spec, whose ``fn`` it calls.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import losses
-from losses import LossSpec
+from losses import LossInfo, LossSpec
 from oxbench.config import RunConfig, micro_batches_per_rank
 
 Source = Literal["dataset", "sync", "delayed", "async"]
@@ -35,7 +39,7 @@ class Capabilities:
     shared_prompt: bool  # its loss reads only the completions of rollouts (the shared-prompt forward)
 
     @classmethod
-    def of(cls, spec: LossSpec, hparams: dict) -> Capabilities:
+    def of(cls, spec: LossSpec | LossInfo, hparams: dict) -> Capabilities:
         online = spec.trains_online
         self_play = not spec.generates_own_pairs and (
             spec.data in ("pairs", "unpaired") or (spec.data == "sft" and spec.sft_source == "self_play")
@@ -55,7 +59,7 @@ class RunPlan:
     seeds, micro-batch layout and run_id."""
 
     cfg: RunConfig
-    spec: LossSpec
+    spec: LossSpec | LossInfo  # LossInfo: a plan resolved with live=False (no loss function)
     hparams: dict
     caps: Capabilities
     source: Source
@@ -72,10 +76,11 @@ class RunPlan:
         return placement.get()
 
 
-def resolve(cfg: RunConfig, world_size: int = 1) -> RunPlan:
+def resolve(cfg: RunConfig, world_size: int = 1, *, live: bool = True) -> RunPlan:
     """The plan of ``cfg`` at ``world_size`` ranks. A bad method, hyper-parameter or micro-batch layout
-    is a ``LossError`` / ``ValueError`` naming it, before any work."""
-    spec = lookup(cfg.method)
+    is a ``LossError`` / ``ValueError`` naming it, before any work. ``live=False``: the spec's
+    capabilities only (:func:`losses.info`), for planning; training needs the live spec."""
+    spec = lookup(cfg.method) if live else losses.info(cfg.method)
     hparams = spec.resolve_hparams(cfg.loss)
     caps = Capabilities.of(spec, hparams)
     if caps.online:

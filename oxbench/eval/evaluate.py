@@ -57,21 +57,29 @@ def eval_backend(cfg: RunConfig, model) -> str:
     return decode.backend_for(cfg.eval.backend, model)
 
 
-def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: str | None = None) -> dict:
-    """Greedy completions of ``rows`` and, per problem, strict, flexible and verified correctness."""
-    e, task = cfg.eval, cfg.task.model_dump()
-    greedy = [
+def greedy_completions(model, tokenizer, rows: list[dict], cfg: RunConfig, progress: str | None) -> list[str]:
+    """One greedy completion per row (``eval.max_new_tokens``, ``eval.batch_size``, the evaluation's
+    decoder); ``progress`` labels the progress lines (None: silent)."""
+    return [
         o[0]
         for o in generate(
             model,
             tokenizer,
             [format_prompt(tokenizer, r["question"]) for r in rows],
-            max_new_tokens=e.max_new_tokens,
-            batch_size=e.batch_size,
-            progress_label=label and f"{label}: greedy, {len(rows)} problems",
+            max_new_tokens=cfg.eval.max_new_tokens,
+            batch_size=cfg.eval.batch_size,
+            progress_label=progress,
             backend=eval_backend(cfg, model),
         )
     ]
+
+
+def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: str | None = None) -> dict:
+    """Greedy completions of ``rows`` and, per problem, strict, flexible and verified correctness."""
+    task = cfg.task.model_dump()
+    greedy = greedy_completions(
+        model, tokenizer, rows, cfg, label and f"{label}: greedy, {len(rows)} problems"
+    )
     strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
     flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
     working = [verify_working(task, c, r["answer"]) for c, r in zip(greedy, rows)]
@@ -132,18 +140,7 @@ def evaluate(
     ]
     ood = ood_rows(cfg)
     if ood:
-        comps = [
-            o[0]
-            for o in generate(
-                model,
-                tokenizer,
-                [format_prompt(tokenizer, r["question"]) for r in ood],
-                max_new_tokens=e.max_new_tokens,
-                batch_size=e.batch_size,
-                progress_label=label and f"{label}: OOD, {len(ood)} problems",
-                backend=eval_backend(cfg, model),
-            )
-        ]
+        comps = greedy_completions(model, tokenizer, ood, cfg, label and f"{label}: OOD, {len(ood)} problems")
         ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
         metrics["ood_accuracy"] = sum(ok) / len(ood)
         metrics["ood_chance"] = chance_accuracy({**task, "name": "arith_ood"}, ood)

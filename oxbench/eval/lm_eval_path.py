@@ -160,29 +160,11 @@ def summarize_results(results: dict | None) -> dict[str, dict[str, float]]:
     }
 
 
-def evaluate_with_lm_eval(
-    model,
-    tokenizer,
-    tasks: list[str],
-    *,
-    task_dir: str | os.PathLike | None = None,
-    data_file: str | os.PathLike | None = None,
-    limit: int | float | None = None,
-    batch_size: int = 8,
-    max_gen_toks: int = 256,
-) -> dict[str, dict[str, float]]:
-    """Scores of ``model`` on lm-eval ``tasks``: ``{task: {"metric,filter": value}}`` (see module doc)."""
-    results = run_lm_eval(
-        model,
-        tokenizer,
-        tasks,
-        task_dir=task_dir,
-        data_file=data_file,
-        limit=limit,
-        batch_size=batch_size,
-        max_gen_toks=max_gen_toks,
-    )
-    return summarize_results(results)
+def evaluate_with_lm_eval(model, tokenizer, tasks: list[str], **options) -> dict[str, dict[str, float]]:
+    """Scores of ``model`` on lm-eval ``tasks``: ``{task: {"metric,filter": value}}`` (see module doc).
+    ``options``: :func:`run_lm_eval`'s (``task_dir``, ``data_file``, ``limit``, ``batch_size``,
+    ``max_gen_toks``, ...)."""
+    return summarize_results(run_lm_eval(model, tokenizer, tasks, **options))
 
 
 #: a task's headline number: the first of these lm-eval keys it reports (strict match before flexible,

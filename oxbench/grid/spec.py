@@ -384,7 +384,7 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
     from oxbench.tasks.errors import TaskError
 
     try:
-        plan = resolve(cfg)  # the loss, its hyper-parameters and (online) the micro-batch layout
+        plan = resolve(cfg, live=False)  # the loss, its hyper-parameters, (online) the micro-batches
         spec = plan.spec
         if plan.caps.online:
             if cfg.online.source == "delayed" and spec.pairs_from_iterate:
@@ -403,14 +403,7 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
                 )
         check_model_name(cfg.model.name)
         if cfg.eval.lm_eval.tasks:
-            from oxbench.eval.lm_eval_path import check_tasks
-
-            try:
-                check_tasks(tuple(cfg.eval.lm_eval.tasks))
-            except ValueError as exc:
-                raise ValueError(f"field 'eval.lm_eval.tasks': {exc}") from None
-            if "oxbench_arith_hard" in cfg.eval.lm_eval.tasks and cfg.task.name != "arith":
-                raise ValueError("field 'eval.lm_eval.tasks': oxbench_arith_hard builds on task 'arith'")
+            _check_lm_eval_tasks(cfg)
         if cfg.task.name == "gsm8k":
             from oxbench.tasks import load_task_split
 
@@ -427,6 +420,23 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         if str(exc).startswith("field '"):
             raise GridError(f"{where}: {exc}") from None
         raise GridError(f"{where}: field '{field}': {exc}") from None
+
+
+def _check_lm_eval_tasks(cfg: RunConfig) -> None:
+    """The lm-eval tasks exist (the config checked the bundled ones' names) and fit the task. Only a task
+    oxbench does not bundle needs lm-eval's own index (``datasets`` and ``lm_eval``, seconds to import)."""
+    from oxbench.tasks.lm_eval_tasks import bundled
+
+    tasks = cfg.eval.lm_eval.tasks
+    if not all(t in bundled() for t in tasks):
+        from oxbench.eval.lm_eval_path import check_tasks
+
+        try:
+            check_tasks(tuple(tasks))
+        except ValueError as exc:
+            raise ValueError(f"field 'eval.lm_eval.tasks': {exc}") from None
+    if "oxbench_arith_hard" in tasks and cfg.task.name != "arith":
+        raise ValueError("field 'eval.lm_eval.tasks': oxbench_arith_hard builds on task 'arith'")
 
 
 @functools.lru_cache(maxsize=64)

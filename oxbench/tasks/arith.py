@@ -67,21 +67,20 @@ def _working(start: int, ops: list[tuple[str, int]]) -> tuple[str, int]:
     return "\n".join(lines) + f"\n#### {value}", value
 
 
-def _story_id(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> str:
-    name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
-    parts = [f"{name} has {start} {obj}."]
-    for op, b in ops:
-        parts.append(f"{name} gets {b} more." if op == "+" else f"{name} gives away {b}.")
-    parts.append(f"How many {obj} now?")
-    return " ".join(parts)
+# per variant: who the story is about, then the templates of its opening, of "+ b", of "- b" and of the question
+_STORIES = {
+    "id": (NAMES, "{who} has {start} {obj}.", "{who} gets {b} more.", "{who} gives away {b}.", "How many {obj} now?"),
+    "ood": (PLACES, "A {who} holds {start} {obj}.", "Next, {b} are added.", "Next, {b} are removed.",
+            "How many {obj} are in the {who}?"),
+}  # fmt: skip
 
 
-def _story_ood(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> str:
-    place, obj = rng.choice(PLACES), rng.choice(OBJECTS)
-    parts = [f"A {place} holds {start} {obj}."]
-    for op, b in ops:
-        parts.append(f"Next, {b} are added." if op == "+" else f"Next, {b} are removed.")
-    parts.append(f"How many {obj} are in the {place}?")
+def _story(variant: str, rng: random.Random, start: int, ops: list[tuple[str, int]]) -> str:
+    pool, opening, gets, gives, question = _STORIES[variant]
+    who, obj = rng.choice(pool), rng.choice(OBJECTS)
+    parts = [opening.format(who=who, start=start, obj=obj)]
+    parts += [(gets if op == "+" else gives).format(who=who, b=b) for op, b in ops]
+    parts.append(question.format(who=who, obj=obj))
     return " ".join(parts)
 
 
@@ -114,7 +113,6 @@ def generate(
     if n_ops < 1 or max_operand < 2:
         raise ValueError("arith: n_ops must be >= 1 and max_operand >= 2")
     actual_steps = n_ops
-    story = _story_ood if variant == "ood" else _story_id
     rng = random.Random(f"arith/{variant}/{split}/{seed}/{n_ops}/{max_operand}")
     out, seen, attempts, since_new = [], set(), 0, 0
     while len(out) < n:
@@ -137,7 +135,7 @@ def generate(
         since_new = 0
         out.append(
             {
-                "question": story(rng, start, ops),
+                "question": _story(variant, rng, start, ops),
                 "answer": answer,
                 "id": f"arith-{variant}-{split}-{len(out)}",
             }
