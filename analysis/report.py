@@ -94,19 +94,10 @@ PALETTE = (
 DASHES = ("", "6 3", "2 3")
 
 
-def write_report(
-    directory: str | Path,
-    *,
-    baseline: str = "dpo",
-    metric: str = "accuracy",
-    correction: str = "bonferroni",
-    alpha: float = 0.05,
-    strict: bool = False,
-) -> Path:
-    """Write ``directory/report.html`` (see :func:`render_report`) and return its path."""
-    html = render_report(
-        directory, baseline=baseline, metric=metric, correction=correction, alpha=alpha, strict=strict
-    )
+def write_report(directory: str | Path, **options) -> Path:
+    """Write ``directory/report.html`` and return its path: :func:`render_report` of ``directory`` with
+    ``options`` (``baseline``, ``metric``, ``correction``, ``alpha``, ``strict``)."""
+    html = render_report(directory, **options)
     path = Path(directory) / "report.html"
     tmp = path.with_name(f".report.html.{os.getpid()}.tmp")  # atomic: a reader never sees half a report
     try:

@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 import pytest
+from run_records import run_record, write_run
 
 import analysis
 
@@ -15,37 +16,18 @@ SCALES = {"tiny-xs": 1_000_000, "Qwen/Qwen2.5-0.5B-Instruct": 494_000_000}
 
 
 def record(method="dpo", scale="tiny-xs", seed=0, status="finished", **overrides) -> dict:
-    run_id = f"{scale.replace('/', '_')}-{method}-s{seed}"
-    base = {
-        "run_id": run_id,
-        "grid": "g1",
-        "status": status,
-        "error": "CUDA OOM" if status == "failed" else None,
-        "scale": scale,
+    own = {
         "scale_params": SCALES[scale],
-        "method": method,
         "paradigm": PARADIGMS[method],
-        "seed": seed,
-        "lora": False,
+        "error": "CUDA OOM" if status == "failed" else None,
         "seeds": {"data": seed, "model": seed},
         "config": {"lr": 1e-5},
         "config_hash": "abc123",
-        "loss_version": 1,
-        "git_sha": "deadbeef",
         "packages": {"torch": "2.13.0"},
         "timing": {"train_s": 1.0},
         "metrics": None if status != "finished" else {"accuracy": 0.5 + seed / 100, "ood_accuracy": 0.25},
     }
-    return {**base, **overrides}
-
-
-def write_run(root, rec: dict, sub: str | None = None, outcomes: list[dict] | None = None):
-    path = root / (sub or rec["grid"]) / rec["run_id"]
-    path.mkdir(parents=True)
-    (path / "run.json").write_text(json.dumps(rec))
-    if outcomes is not None:
-        (path / "eval.jsonl").write_text("".join(json.dumps(o) + "\n" for o in outcomes))
-    return path
+    return run_record(method, scale, seed, status, **{**own, **overrides})
 
 
 def test_load_runs_columns_derived_and_order(tmp_path):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from run_records import run_record, write_run
 
 import analysis
 from analysis.report import render_report, write_report
@@ -52,34 +52,18 @@ def record(method: str, scale: str, seed: int, status: str = "finished", **overr
         "ood_accuracy": None if method == XSS else acc - 0.1,
         "best_at_4": acc + 0.15,
     }
-    base = {
-        "run_id": f"{scale.replace('/', '_')}-{SLUGS[method]}-s{seed}",
-        "grid": "g1",
-        "status": status,
-        "error": None,
-        "scale": scale,
+    own = {
         "scale_params": SCALES[scale],
-        "method": method,
         "paradigm": PARADIGMS[method],
-        "seed": seed,
-        "lora": False,
+        "run_id": f"{scale.replace('/', '_')}-{SLUGS[method]}-s{seed}",
+        "error": None,
         "config_hash": f"cfg-{SLUGS[method]}-{seed}",
-        "git_sha": "deadbeef",
         "packages": {"torch": "2.13.0", "trl": "1.16.0"},
         "timing": {"total_s": 12.5},
-        "loss_version": 1,
         "data_order_sha": f"order-{seed}",
         "metrics": metrics if status == "finished" else None,
     }
-    return {**base, **overrides}
-
-
-def write_run(root: Path, rec: dict, eval_rows: list[dict] | None = None) -> None:
-    path = root / rec["grid"] / rec["run_id"]
-    path.mkdir(parents=True)
-    (path / "run.json").write_text(json.dumps(rec))
-    if eval_rows is not None:
-        (path / "eval.jsonl").write_text("".join(json.dumps(o) + "\n" for o in eval_rows))
+    return run_record(method, scale, seed, status, **{**own, **overrides})
 
 
 def make_grid(root: Path) -> Path:
@@ -88,7 +72,7 @@ def make_grid(root: Path) -> Path:
         for method in BASE:
             for seed in range(3):
                 rec = record(method, scale, seed)
-                write_run(root, rec, outcomes(method, seed, rec["metrics"]["accuracy"]))
+                write_run(root, rec, outcomes=outcomes(method, seed, rec["metrics"]["accuracy"]))
     failed = record(
         "simpo", "tiny", 3, status="failed", error=XSS_ERROR, traceback="Traceback:\n  <b>boom</b>",
         git_sha="cafef00d", packages={"torch": "2.13.0", "trl": "1.15.0"},
@@ -385,7 +369,7 @@ def test_leaderboards_show_the_base_and_chance_rows_and_figures_are_saved(tmp_pa
                 rec = record(method, scale, seed)
                 rec["metrics"] |= {"base_accuracy": 0.30, "base_ood_accuracy": 0.2, "base_best_at_4": 0.5,
                                    "chance": 0.05, "ood_chance": 0.01}  # fmt: skip
-                write_run(tmp_path, rec, outcomes(method, seed, rec["metrics"]["accuracy"]))
+                write_run(tmp_path, rec, outcomes=outcomes(method, seed, rec["metrics"]["accuracy"]))
     html = write_report(tmp_path).read_text()
     foot = html[html.index("<tfoot>") : html.index("</tfoot>")]
     cells = [" ".join(c.split()) for c in re.findall(r"<td[^>]*>(.*?)</td>", foot, re.S)]
