@@ -157,8 +157,8 @@ def oxbench_online(backend: str, share_prompt: bool = False):
     def run(model, tok, steps: int) -> list[float]:
         import losses
         from oxbench.config import RunConfig
+        from oxbench.engine import build as tr
         from oxbench.engine import distributed as D
-        from oxbench.engine import trainer as tr
 
         D.init_distributed()
         cfg = RunConfig(
@@ -267,8 +267,8 @@ def pair_rows(n: int) -> list[dict]:
 def oxbench_offline(model, tok, steps: int) -> list[float]:
     import losses
     from oxbench.config import RunConfig
+    from oxbench.engine import build as tr
     from oxbench.engine import distributed as D
-    from oxbench.engine import trainer as tr
 
     D.init_distributed()
     cfg = RunConfig(

@@ -194,8 +194,8 @@ def rule_capabilities(spec: LossSpec) -> str | None:
 def rule_trains(spec: LossSpec) -> str | None:
     from oxbench.config import RunConfig
     from oxbench.engine import distributed as D
+    from oxbench.engine.build import train_offline, train_online
     from oxbench.engine.plan import Capabilities
-    from oxbench.engine.trainer import train_offline, train_online
     from oxbench.models.tiny import build_tiny
     from oxbench.models.tokenizer import build_char_tokenizer
     from oxbench.tasks import arith

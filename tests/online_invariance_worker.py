@@ -23,7 +23,7 @@ import losses
 from oxbench.config import micro_batches_per_rank
 from oxbench.engine import distributed as D
 from oxbench.engine import learner as learner_mod
-from oxbench.engine import trainer as tr
+from oxbench.engine import model as tr
 from oxbench.engine.learner import Learner
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.models.loading import load_model

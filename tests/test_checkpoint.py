@@ -20,7 +20,8 @@ from helpers import cfg_for, length_parity_reward, rows_for
 import losses
 from oxbench.engine import checkpoint as C
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import full_state_dict, train_offline, train_online
+from oxbench.engine.build import train_offline, train_online
+from oxbench.engine.model import full_state_dict
 from oxbench.models.loading import load_model
 
 TIME_KEYS = {"elapsed", "train_seconds", "gen_seconds", "cum_train_seconds", "cum_gen_seconds",

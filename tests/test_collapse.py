@@ -12,8 +12,8 @@ from pydantic import ValidationError
 import losses
 from oxbench.config import CollapseConfig, RunConfig
 from oxbench.engine import distributed as D
+from oxbench.engine.build import train_online
 from oxbench.engine.collapse import CollapseDetector
-from oxbench.engine.trainer import train_online
 from oxbench.models.loading import load_model
 
 

@@ -139,3 +139,24 @@ def test_ess_lr_bad_input():
         RunConfig(method="sgrpo", online={"ess_lr": "sqrt", "ess_lr_base": 0})
     with pytest.raises(ValidationError, match="ess_lr"):
         RunConfig(method="sgrpo", online={"ess_lr": "cubic"})
+
+
+@pytest.mark.slow
+def test_later_passes_report_the_first_pass_weights(micro_model_dir):
+    """VCPO's ESS is π_old/μ: with two passes per batch, the second pass reports the weights of the first
+    (the learner's drift within the batch is not behaviour mismatch), while its loss sees a moved ratio."""
+    D.init_distributed()
+    spec = losses.get("sgrpo")
+    cfg = cfg_for(micro_model_dir, "sgrpo", max_steps=None)
+    cfg = cfg.model_copy(update={"online": cfg.online.model_copy(
+        update={"rounds": 3, "inner_epochs": 2, "source": "delayed", "staleness": 1})})  # fmt: skip
+    model, tok = load_model(micro_model_dir, cfg, init_seed=0)
+    _, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run="p",
+                          reward_fn=length_parity_reward)  # fmt: skip
+    keys = ("ess", "ess_token", "is_max", "is_max_token", "kl_behaviour")
+    by_round = [[h for h in res.history if h["round"] == r] for r in range(3)]
+    assert all(len(rows) == 2 for rows in by_round)
+    for first, second in by_round:
+        assert [first[k] for k in keys] == [second[k] for k in keys]
+    assert any(rows[0]["ess"] < 0.999999 for rows in by_round)  # stale rounds: the weights are not all 1
+    assert any(abs(rows[1]["ratio_mean"] - rows[0]["ratio_mean"]) > 1e-6 for rows in by_round)

@@ -17,7 +17,7 @@ from helpers import cfg_for, length_parity_reward, rows_for
 import losses
 import oxbench.device as placement
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import train_offline, train_online
+from oxbench.engine.build import train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import load_model
 
@@ -93,22 +93,22 @@ def test_zero3_runs_with_the_model_on_the_accelerator(method, micro_model_dir, v
 @pytest.mark.slow
 def test_rollout_copy_and_reference_live_on_the_device(micro_model_dir, virtual_cuda, monkeypatch):
     """The frozen copies (reference, rollout worker) sit where the policy does: on the rank's device."""
-    import oxbench.engine.trainer as T
+    from oxbench.engine.loop import Loop
 
     seen = {}
-    real_loop = T.OnlineLoop.__init__
+    real_run = Loop.run_all
 
-    def spy(self, *a, **k):
-        real_loop(self, *a, **k)
+    def spy(self):
         seen["loop"] = self
+        return real_run(self)
 
-    monkeypatch.setattr(T.OnlineLoop, "__init__", spy)
+    monkeypatch.setattr(Loop, "run_all", spy)
     _run(
         "grpo", micro_model_dir, virtual_cuda, {"backend": "lean"}, {"backend": "lean", "share_prompt": True}
     )
     loop = seen["loop"]
-    assert _on_device(virtual_cuda, loop.worker.model)
-    assert loop.live_ref is None or _on_device(virtual_cuda, loop.live_ref.model)
+    assert _on_device(virtual_cuda, loop.source.worker.model)
+    assert loop.learner.live_ref is None or _on_device(virtual_cuda, loop.learner.live_ref.model)
 
 
 def test_the_audit_catches_a_host_batch(micro_model_dir):

@@ -9,7 +9,7 @@ from helpers import cfg_for, length_parity_reward, rows_for
 import losses
 from oxbench.config import RunConfig  # noqa: F401
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import train_offline, train_online
+from oxbench.engine.build import train_offline, train_online
 from oxbench.models.loading import load_model
 
 BUILTINS = sorted(
@@ -99,17 +99,17 @@ def test_stale_reference_cache_is_caught_at_step_0(micro_model_dir, monkeypatch)
 
 def test_online_rollouts_carry_policy_version(micro_model_dir, monkeypatch):
     """Every rollout is stamped with the version of the weights that generated it."""
-    import oxbench.engine.trainer as tr
+    from oxbench.engine.rollout import RolloutWorker
 
     seen = []
-    real = tr.RolloutWorker.rollouts
+    real = RolloutWorker.rollouts
 
     def spy(self, *a, **k):
         out = real(self, *a, **k)
         seen.append({r.policy_version for r in out})
         return out
 
-    monkeypatch.setattr(tr.RolloutWorker, "rollouts", spy)
+    monkeypatch.setattr(RolloutWorker, "rollouts", spy)
     _, res, _ = train("sgrpo", micro_model_dir)
     assert seen == [{0}, {1}, {2}]
     assert [h["step"] for h in res.history] == [1, 2, 3]

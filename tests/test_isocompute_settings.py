@@ -256,7 +256,7 @@ def test_entropy_gradient_raises_entropy():
 def test_warmup_steps_fix_the_warmup_whatever_the_run_length():
     """The paper warms up for 10 steps then holds the LR: at 100 and at 1,000 steps, step 9 is at
     10/11 of the LR and step 10 at all of it."""
-    from oxbench.engine.trainer import warmup_cosine
+    from oxbench.engine.model import warmup_cosine
 
     for total in (100, 1000):
         f = warmup_cosine(total, 0.5, constant=True, warmup_steps=10)

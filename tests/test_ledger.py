@@ -12,8 +12,8 @@ import losses
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine import ledger as L
+from oxbench.engine.build import train_online
 from oxbench.engine.memory import QWEN25
-from oxbench.engine.trainer import train_online
 from oxbench.grid.estimates import ledger_table
 from oxbench.models.loading import load_model
 

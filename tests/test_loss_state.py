@@ -16,7 +16,7 @@ import losses
 from losses.dpo import dpo_loss
 from oxbench.engine import distributed as D
 from oxbench.engine import reference as ref_mod
-from oxbench.engine.trainer import train_offline
+from oxbench.engine.build import train_offline
 from oxbench.models.loading import load_model
 
 SEEN: list[tuple[float, float]] = []

@@ -14,9 +14,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 import losses
+from oxbench.engine import build as tr
 from oxbench.engine import distributed as D
 from oxbench.engine import learner
-from oxbench.engine import trainer as tr
 from oxbench.engine.rollout import Rollout, RolloutWorker, collate_rollouts
 from oxbench.models.tiny import build_tiny
 from oxbench.text.batching import encode_pair

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 import losses
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import full_state_dict, train_online
+from oxbench.engine.build import train_online
+from oxbench.engine.model import full_state_dict
 from oxbench.models.loading import load_model
 
 pytestmark = pytest.mark.slow
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 def run(model_dir, monkeypatch, **online):
     """Five rounds of sgrpo on the micro model; returns the final weights, the versions each round's
     rollouts carry, and a checksum of the weights each round sampled with."""
-    import oxbench.engine.trainer as tr
+    from oxbench.engine.rollout import RolloutWorker
 
     D.init_distributed()
     spec = losses.get("sgrpo")
@@ -27,7 +28,7 @@ def run(model_dir, monkeypatch, **online):
     cfg = cfg.model_copy(update={"online": cfg.online.model_copy(update={"rounds": 5, **online})})
     model, tok = load_model(model_dir, cfg, init_seed=0)
     versions, sampled_with = [], []
-    real = tr.RolloutWorker.rollouts
+    real = RolloutWorker.rollouts
 
     def spy(self, *a, **k):
         out = real(self, *a, **k)
@@ -36,7 +37,7 @@ def run(model_dir, monkeypatch, **online):
         return out
 
     with monkeypatch.context() as m:
-        m.setattr(tr.RolloutWorker, "rollouts", spy)
+        m.setattr(RolloutWorker, "rollouts", spy)
         engine, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run="src",
                                    reward_fn=length_parity_reward)  # fmt: skip
     return full_state_dict(engine), versions, sampled_with, res
@@ -85,24 +86,25 @@ def async_run(model_dir, staleness, *, kill_producer_at=None, rounds=6):
         update={"rounds": rounds, "source": "async", "staleness": staleness, "queue_size": 2})})  # fmt: skip
     model, tok = load_model(model_dir, cfg, init_seed=0)
     seen = []
-    real = src.AsyncSource.batch
+    real = src.AsyncSource.draw
 
-    def spy(self, rnd, version, weights, sample=None):
+    def spy(self, rnd, sample=None):
         if kill_producer_at == rnd:
             self.process.kill()
             self.process.join()
             while not self.queue.empty():
                 self.queue.get()
-        out = real(self, rnd, version, weights, sample)
+        out = real(self, rnd, sample)
+        version = self.version
         seen.append((rnd, version, sorted({r.policy_version for r in out}), [r.prompt_id for r in out]))
         return out
 
-    src.AsyncSource.batch = spy
+    src.AsyncSource.draw = spy
     try:
         _, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run="async",
                               reward_fn=length_parity_reward)  # fmt: skip
     finally:
-        src.AsyncSource.batch = real
+        src.AsyncSource.draw = real
     return seen, res
 
 
@@ -117,11 +119,11 @@ def test_async_rounds_arrive_once_in_order_within_s(micro_model_dir, staleness):
     if staleness == 0:
         assert all(versions == [version] for _, version, versions, _ in seen)
     from oxbench.data.sampler import make_sampler
-    from oxbench.engine.trainer import _round_prompts
+    from oxbench.engine.sources.rollouts import round_prompts
 
     sampler = make_sampler(8, seed=0, rank=0, world_size=1)
     want = [
-        [p["id"] for p in _round_prompts(rows_for("online", 8), r, 2, sampler) for _ in range(4)]
+        [p["id"] for p in round_prompts(rows_for("online", 8), r, 2, sampler) for _ in range(4)]
         for r in range(6)
     ]
     assert [ids for *_, ids in seen] == want

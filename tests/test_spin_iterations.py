@@ -11,8 +11,8 @@ from __future__ import annotations
 from helpers import cfg_for, length_parity_reward, rows_for
 
 import losses
+from oxbench.engine import build as tr
 from oxbench.engine import distributed as D
-from oxbench.engine import trainer as tr
 from oxbench.engine.reference import LiveReference
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.models.loading import load_model

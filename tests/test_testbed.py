@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from oxbench.config import PretrainSettings, RunConfig, TaskConfig
 from oxbench.engine.learner import token_entropy
-from oxbench.engine.trainer import rollout_stats, warmup_cosine
+from oxbench.engine.model import warmup_cosine
+from oxbench.engine.sources.rollouts import rollout_stats
 from oxbench.models.pretrain import PretrainConfig, styled_rows
 from oxbench.tasks import arith, chance_accuracy, load_task_split, verify_working
 from oxbench.tasks.grading import is_correct

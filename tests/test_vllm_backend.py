@@ -14,8 +14,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import losses
 from oxbench.config import RunConfig
+from oxbench.engine import build as tr
 from oxbench.engine import distributed as D
-from oxbench.engine import trainer as tr
 from oxbench.engine.rollout import RolloutWorker, collate_rollouts
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import token_logps

@@ -3,7 +3,7 @@
 A checkpoint is a directory ``<run_dir>/checkpoints/step-<k>/`` holding, for each rank,
 ``rank<r>.safetensors`` (every tensor of its state) and ``rank<r>.json`` (the rest of the state, with
 references to those tensors), and ``manifest.json`` (the step, the world size and the SHA-256 of every
-file). Nothing in it is a pickle: loading one runs no code. The loops (:mod:`oxbench.engine.trainer`)
+file). Nothing in it is a pickle: loading one runs no code. The loop (:mod:`oxbench.engine.loop`)
 say what their state is: the engine's model, optimiser and scheduler, every RNG, the data position,
 the loss state, the online loop's rollout weights and policy versions, and the metrics so far.
 

@@ -21,7 +21,7 @@ import torch
 
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
-from oxbench.engine.trainer import LEDGER
+from oxbench.engine.loop import LEDGER
 from oxbench.eval.evaluate import validation_metrics
 from oxbench.utils import write_text_atomic
 

@@ -1,17 +1,23 @@
 """Per-batch off-policy diagnostics, for every online method (issue 15).
 
 With behaviour log-probs μ (the weights that sampled, captured at generation) and the learner's
-log-probs π_θ at the first pass over a batch, the importance weights are
+log-probs π_old at the first pass over a batch (the proximal policy: the weights that consume it), the
+importance weights are
 
-* per token, w_t = π_θ(y_t) / μ(y_t);
-* per sequence, w = Π_t w_t = exp(Σ_t log π_θ − log μ).
+* per token, w_t = π_old(y_t) / μ(y_t);
+* per sequence, w = Π_t w_t = exp(Σ_t log π_old − log μ).
+
+With ``online.inner_epochs > 1`` the later passes report the same π_old/μ weights, as VCPO
+(mit-han-lab/vcpo) computes its ESS, so the ESS-scaled learning rate (``online.ess_lr``) of every pass
+measures the behaviour mismatch and not the learner's own drift within the batch. (Before 2026-12-05 the
+later passes used π_θ/μ; no committed study ran with ``inner_epochs > 1``.)
 
 The effective sample size ratio ``ess`` = (Σ w)² / (N Σ w²) over the N sequences of the whole batch (1:
 on-policy, 1/N: one sequence carries all the weight), and ``ess_token`` the same over response
 tokens; VCPO (arXiv 2602.17616) reports that drops in it precede collapse. ``is_max`` and
 ``is_max_token`` are the largest weights, ``is_truncated`` the share of token weights above the cap,
-and ``kl_behaviour`` the k3 estimate of KL(μ ‖ π_θ) per token, from samples of μ:
-E_μ[(r − 1) − log r] with r = π_θ/μ.
+and ``kl_behaviour`` the k3 estimate of KL(μ ‖ π_old) per token, from samples of μ:
+E_μ[(r − 1) − log r] with r = π_old/μ.
 
 The sums of one micro-batch (:func:`weight_sums`) are combined over micro-batches and ranks by
 :func:`combine`, so the numbers are the whole batch's however it is split.

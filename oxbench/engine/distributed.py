@@ -223,7 +223,7 @@ def _named(name: str, fn):
 
 
 def _timeout_line(name: str, exc: BaseException) -> str:
-    """``"all_reduce (DeepSpeed allreduce_bucket, from oxbench/engine/trainer.py:235 _offline_micro_step)
+    """``"all_reduce (DeepSpeed allreduce_bucket, from oxbench/engine/learner.py, Learner._step_examples)
     timed out after 10 s: rank 1 did not answer (Timed out waiting 10000ms for recv operation to
     complete)"``: the operation, where oxbench called it, and who did not answer."""
     via, caller = None, None

@@ -1,19 +1,23 @@
-"""The learner: one optimiser step on a rollout batch, whatever produced it.
+"""The learner: one optimiser step on a batch, whatever produced it (:meth:`Learner.step`).
 
-An experience source (the synchronous loop in :func:`~oxbench.engine.trainer.train_online`, a
-fixed-lag or an asynchronous one) hands :meth:`Learner.prepare` a rollout batch (this rank's share),
-then calls :meth:`Learner.update` once per pass over it. The learner
+A source (:mod:`oxbench.engine.sources`) hands the loop a :class:`~oxbench.engine.sources.Batch`; the
+loop calls :meth:`Learner.step` once per pass over it. On a dataset's batch (offline methods) the
+learner runs the loss on each of its micro-batches with the reference's cached log-probs (or a live
+reference's), and steps at the end. On a rollout batch (online methods) it
 
 * splits the batch into micro-batches of ``train.batch_size`` prompts, each with all its rollouts
   (so group statistics never straddle two micro-batches);
-* computes, once per batch and before any update, what does not depend on the parameters being
-  trained: the reference's log-probs, the value head's ``old_values``, and, when the batch is split
-  over more than one micro-batch or rank, the spec's whole-batch statistics (``batch_stats``: token
-  counts, whitening mean/std) over every rollout of every rank. So accumulation and ranks give the
-  loss of the whole batch, and an unsplit batch gives exactly what it gave before;
+* computes, once per batch and before any update (:meth:`Learner.prepare`), what does not depend on
+  the parameters being trained: the reference's log-probs, the value head's ``old_values``, and, when
+  the batch is split over more than one micro-batch or rank, the spec's whole-batch statistics
+  (``batch_stats``: token counts, whitening mean/std) over every rollout of every rank. So
+  accumulation and ranks give the loss of the whole batch, and an unsplit batch gives exactly what it
+  gave before;
 * runs the loss on each micro-batch (sampled token ids, behaviour log-probs from the generation
-  pass, no re-tokenising) and steps the optimiser at the end;
-* carries the loss's state (:class:`LossState`).
+  pass, no re-tokenising) and steps the optimiser at the end.
+
+Either way it carries the loss's state (:class:`LossState`) and, after the step, moves a reference
+that the spec updates (``reference_update``: TR-DPO).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from losses import LossInputs, LossSpec
 from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
+from oxbench.engine.model import full_state_dict, lm_state
 from oxbench.engine.rollout import Rollout, collate_rollouts
 from oxbench.text.batching import encode_pair, forward, logps_from_output
 from oxbench.text.formatting import format_completion, format_prompt
@@ -123,6 +128,9 @@ class Learner:
     ess_lr: str = "none"  # VCPO's ESS-scaled learning rate: none, sqrt or linear in min(1, ESS / ess_lr_base)
     ess_lr_base: float = 1.0
     share_prompt: bool = False  # forward each prompt once and its completions on its KV cache
+    check_reference: bool = (
+        True  # offline: at step 0 the policy's log-probs must equal the cached reference's
+    )
     diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
     _prev_grad: torch.Tensor | None = None
 
@@ -130,12 +138,60 @@ class Learner:
         self.state = self.state or LossState(self.spec)
 
     def state_dict(self) -> dict:
-        """What the learner carries across optimiser steps, for a checkpoint: the loss's state and the
-        last step's gradient (for the next step's gradient cosine)."""
-        return {"loss_state": self.state.value, "prev_grad": self._prev_grad}
+        """What the learner carries across optimiser steps, for a checkpoint: the loss's state, the
+        last step's gradient (for the next step's gradient cosine) and a live reference's weights."""
+        ref = None if self.live_ref is None else self.live_ref.model.state_dict()
+        return {"loss_state": self.state.value, "prev_grad": self._prev_grad, "live_ref": ref}
 
     def load_state_dict(self, saved: dict) -> None:
         self.state.value, self._prev_grad = saved["loss_state"], saved["prev_grad"]
+        if self.live_ref is not None:
+            self.live_ref.model.load_state_dict(saved["live_ref"])
+
+    # -------------------------------------------------------------------------------- step
+
+    def step(self, batch, version: int, progress: float) -> tuple[list[dict], float | None]:
+        """One optimiser step on ``batch`` (a :class:`~oxbench.engine.sources.Batch`) for a learner at
+        ``version``, ``progress`` the share of the run's steps done. Returns the micro-batches' metrics
+        and the gradient norm before clipping. A rollout batch is prepared on its first pass."""
+        if batch.examples is not None:
+            out = self._step_examples(batch, version, progress)
+        else:
+            if batch.prepared is None:
+                batch.prepared = self.prepare(batch.rollouts, version)
+            out = self.update(batch.prepared, version, progress)
+        self._update_reference(version + 1)
+        return out
+
+    def _step_examples(self, batch, version: int, progress: float) -> tuple[list[dict], float | None]:
+        """A dataset batch: its micro-batches' losses, each backward, and DeepSpeed's step (an optimiser
+        step at the last, the accumulation boundary)."""
+        metrics, norm, spec = [], None, self.spec
+        for i, chunk in enumerate(batch.examples):
+            inputs = build_offline_inputs(spec.data, self.engine, chunk, self.tokenizer.pad_token_id,
+                                          ref_cache=batch.reference, live_ref=self.live_ref,
+                                          needs_full_logits=spec.needs_full_logits)  # fmt: skip
+            if version == i == 0 and batch.reference is not None and self.check_reference:
+                check_reference_equal(inputs, spec.data, self.run)
+            inputs.progress, inputs.state = progress, self.state.value
+            out = spec.fn(inputs, **self.hparams)
+            check_finite(out, self.run, version)
+            self.state.offer(out.state)
+            self.engine.backward(out.loss)
+            if self.engine.is_gradient_accumulation_boundary():
+                norm = grad_norm(self.engine)
+            self.engine.step()
+            metrics.append({"loss": out.loss.item(), **out.metrics})
+        self.state.commit()
+        return metrics, norm
+
+    def _update_reference(self, version: int) -> None:
+        """Apply the spec's ``reference_update`` after optimiser step ``version`` (TR-DPO), if it asks."""
+        if self.live_ref is None or self.spec.reference_update is None:
+            return
+        alpha = self.spec.reference_update(version, **self.hparams)
+        if alpha is not None:
+            self.live_ref.refresh(lm_state(full_state_dict(self.engine)), alpha)
 
     @property
     def split(self) -> bool:
@@ -212,10 +268,10 @@ class Learner:
             check_finite(out, self.run, version)
             self.engine.backward(out.loss * 0.0 if tied else out.loss)
             if not self.spec.generates_own_pairs:
+                # π_old/μ on every pass, as VCPO: the weights consuming the batch (its first pass) vs behaviour
+                prox = inputs.prox_token_logps if inputs.prox_token_logps is not None else inputs.token_logps
                 sums.append(
-                    diag.weight_sums(
-                        inputs.token_logps, inputs.old_token_logps, inputs.mask, self.diagnostic_is_cap
-                    )
+                    diag.weight_sums(prox, inputs.old_token_logps, inputs.mask, self.diagnostic_is_cap)
                 )
             scaled = None
             if m == self.micro_batches - 1:
@@ -309,6 +365,21 @@ class Learner:
             inputs.values = out["value"][:, :-1] * mask
             inputs.old_values = prep.old_values[m]
         return inputs, {"entropy": token_entropy(logits, mask)}, False
+
+
+def check_reference_equal(inputs: LossInputs, kind: str, run: str) -> None:
+    """At step 0 the policy *is* the reference: their log-probs must agree."""
+    pairs = {
+        "pairs": [("chosen_logps", "ref_chosen_logps"), ("rejected_logps", "ref_rejected_logps")],
+        "unpaired": [("logps", "ref_logps")],
+    }.get(kind, [])
+    for pol, ref in pairs:
+        a, b = getattr(inputs, pol).detach(), getattr(inputs, ref)
+        if not torch.allclose(a, b, atol=1e-3, rtol=1e-4):
+            raise RuntimeError(
+                f"run {run}: step-0 {pol} differ from cached {ref} "
+                f"(max abs diff {(a - b).abs().max().item():.2e}); stale reference cache?"
+            )
 
 
 def _row_tensors(rewards, groups, versions, device) -> dict[str, torch.Tensor]:

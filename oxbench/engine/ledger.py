@@ -1,6 +1,6 @@
 """A cell's compute ledger before it runs, and the time it should take on GPUs.
 
-The trainer's ledger (:data:`oxbench.engine.trainer.LEDGER`) records what a cell did: rollouts, generated
+The trainer's ledger (:data:`oxbench.engine.loop.LEDGER`) records what a cell did: rollouts, generated
 tokens, trained tokens, generation and training seconds. :func:`expected_ledger` gives the same counts from
 a config, as upper bounds (every completion as long as ``max_new_tokens``, every trained sequence its
 prompt plus that), and :func:`expected_seconds` turns them into time at stated per-GPU rates:

@@ -206,7 +206,7 @@ def setup_for_run(cfg, vocab: int, *, online: bool, pairs: bool = False, referen
     return Setup(
         world=world, zero_stage=t.zero_stage, dtype=cfg.model.dtype,
         lora_r=lora.r if lora.enabled else None, lora_targets=tuple(lora.target_modules),
-        # lean falls back to HF generate on a LoRA model (oxbench.engine.trainer.fast_paths)
+        # lean falls back to HF generate on a LoRA model (oxbench.engine.build.fast_paths)
         backend=None if not online else ("hf" if o.backend == "lean" and lora.enabled else o.backend),
         vllm_placement=getattr(o, "vllm_placement", "colocate"),
         vllm_share=getattr(o, "vllm_memory", None) or 0.3, gpu_bytes=gpu_bytes, reference=reference,

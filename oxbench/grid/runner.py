@@ -22,11 +22,12 @@ import torch
 from oxbench.config import RunConfig
 from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
+from oxbench.engine.build import train_offline, train_online
 from oxbench.engine.checkpoint import Checkpointer, Preempted
 from oxbench.engine.curves import Curve
 from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
+from oxbench.engine.model import full_state_dict, lm_state
 from oxbench.engine.plan import RunPlan, resolve
-from oxbench.engine.trainer import full_state_dict, lm_state, train_offline, train_online
 from oxbench.eval.evaluate import eval_backend, evaluate
 from oxbench.grid.record import RunRecord, arm_label
 from oxbench.grid.runs import MetricsLog, git_sha, packages, run_dir, write_record

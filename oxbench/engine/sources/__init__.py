@@ -1,13 +1,16 @@
-"""Experience sources: where an online round's rollouts come from. The learner does not know.
+"""Sources: where the learner's batches come from. The learner and the loop do not know which.
 
-Every source hands the online loop (:class:`~oxbench.engine.trainer.OnlineLoop`) one graded rollout
-batch per round (this rank's share) through :meth:`Source.batch`, and is told after each optimiser step
-through :meth:`Source.after_step`. A rollout carries the version of the weights that sampled it, so the
-loss and the diagnostics see its staleness (learner version − rollout version).
+The one loop (:class:`~oxbench.engine.loop.Loop`) takes :class:`Batch` es from a source's
+:meth:`Source.batches`, hands each to :meth:`Learner.step <oxbench.engine.learner.Learner.step>` once per
+pass (``Batch.passes``: 1 offline, ``online.inner_epochs`` online) and tells the source after every
+optimiser step (:meth:`Source.after_step`). A checkpoint keeps each source's :meth:`Source.state_dict`.
 
-* :class:`SyncSource` (``online.source: sync``, :mod:`.sync`): the rollout worker copies the trainer's
+* :class:`DatasetSource` (:mod:`.dataset`, every offline method): a fixed dataset in a seeded,
+  sharded order, ``train.grad_accum`` micro-batches per optimiser step, and the reference's log-probs
+  cached once when the loss needs a fixed reference.
+* :class:`SyncSource` (``online.source: sync``, :mod:`.sync`): the rollout worker copies the learner's
   weights every ``online.sync_every`` rounds (1: on-policy); SPIN-style methods freeze an iterate for a
-  whole iteration. This is the loop as it always was, bit for bit.
+  whole iteration.
 * :class:`DelayedSource` (``delayed``, :mod:`.delayed`): a deterministic fixed lag S
   (``online.staleness``). The round the learner takes at version v is sampled by the weights of version
   max(0, v − S), kept in a ring buffer of the last S + 1 snapshots: the exact S of the staleness theory
@@ -20,71 +23,77 @@ loss and the diagnostics see its staleness (learner version − rollout version)
   order (checked); the producer dying is a :class:`ProducerError` naming it, never a hang. One process
   (world size 1). Its job is a typed :class:`RoundPlan`.
 
+The three online sources share :class:`~.rollouts.RolloutSource` (the prompt order, the sampling seeds,
+the rollout statistics) and differ only in which weights sample a round (:meth:`RolloutSource.draw`).
+A rollout carries the version of the weights that sampled it, so the loss and the diagnostics see its
+staleness (learner version − rollout version).
+
 A new source is one module here implementing :class:`Source`, plus one line in :func:`make_source`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Protocol
 
-from oxbench.engine.rollout import Rollout, RolloutWorker
 from oxbench.engine.sources.asynchronous import AsyncSource, ProducerError, RoundPlan
+from oxbench.engine.sources.batch import Batch, Weights
+from oxbench.engine.sources.dataset import DatasetSource
 from oxbench.engine.sources.delayed import DelayedSource
+from oxbench.engine.sources.rollouts import RolloutSource, Rounds
 from oxbench.engine.sources.sync import SyncSource
-
-Weights = Callable[[], dict]  # the policy's full state dict (every rank calls it: collective under ZeRO-3)
 
 __all__ = [
     "AsyncSource",
+    "Batch",
+    "DatasetSource",
     "DelayedSource",
     "ProducerError",
+    "RolloutSource",
     "RoundPlan",
+    "Rounds",
     "Source",
     "SyncSource",
+    "Weights",
     "make_source",
 ]
 
 
 class Source(Protocol):
-    """An experience source, as the online loop uses it."""
+    """What the loop asks of a source."""
 
-    stats: dict  # the last round's timings (queue and producer waits, sync time), for its metrics row
+    stats: dict  # the source's timings since the last batch (queue and producer waits, sync), for its row
+    total_steps: int  # the optimiser steps its batches make in all (the learning-rate schedule's length)
 
-    def batch(
-        self, rnd: int, version: int, weights: Weights, sample: Callable[[], list[Rollout]]
-    ) -> list[Rollout]:
-        """Round ``rnd``'s graded rollouts for a learner at ``version`` (``sample()`` draws them with the
-        rollout worker as it stands; ``weights()`` gives the learner's current weights)."""
+    def batches(self, start: int) -> Iterator[Batch]:
+        """The batches from round ``start`` on (a resumed run starts past 0), in order."""
         ...
 
-    def after_step(self, version: int, weights: Weights) -> None:
+    def after_step(self, version: int) -> None:
         """The learner took an optimiser step and is now at ``version``."""
         ...
 
-    def state_dict(self) -> dict | None:
-        """What a checkpoint keeps of the source (None: nothing beyond the rollout worker's weights)."""
+    def order_sha(self) -> str:
+        """The digest of every rank's data order (offline: planned; online: consumed so far)."""
         ...
 
-    def load_state_dict(self, state: dict | None) -> None: ...
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the source."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
     def close(self) -> None:
-        """Stop whatever the source started (a producer process)."""
+        """Stop whatever the source started (a producer process, a vLLM server)."""
         ...
 
 
-def make_source(
-    cfg,
-    worker: RolloutWorker,
-    per_iteration: int | None,
-    live_ref,
-    plan: Callable[[], RoundPlan] | None = None,
-) -> Source:
-    """The source ``online.source`` names; ``plan()`` gives the async producer its job (every round's
-    prompts and sampling seed, the reward function...)."""
-    o = cfg.online
-    if o.source == "delayed":
-        return DelayedSource(worker, o.staleness)
-    if o.source == "async":
-        return AsyncSource(worker, plan(), o.queue_size)
-    return SyncSource(worker, o.sync_every, per_iteration, live_ref)
+def make_source(kind: str, rounds: Rounds, **options) -> RolloutSource:
+    """The online source ``online.source`` names, over ``rounds`` (:class:`Rounds`: the prompts, the
+    worker, the learner's weights); ``options`` are the config's settings for it."""
+    o = options
+    if kind == "delayed":
+        return DelayedSource(rounds, o["staleness"])
+    if kind == "async":
+        return AsyncSource(rounds, o["staleness"], o["queue_size"], o["backend"], o["vllm"])
+    return SyncSource(rounds, o["sync_every"], o["per_iteration"], o["live_ref"])

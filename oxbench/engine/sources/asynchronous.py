@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oxbench.engine.rollout import Rollout, RolloutWorker
-
-Weights = Callable[[], dict]  # the policy's full state dict
+from oxbench.engine.rollout import Rollout
+from oxbench.engine.sources.rollouts import RolloutSource, Rounds
 
 
 @dataclass(frozen=True)
@@ -38,21 +37,45 @@ class ProducerError(RuntimeError):
     """The asynchronous rollout producer died or sent something out of order."""
 
 
-class AsyncSource:
-    def __init__(self, worker: RolloutWorker, job: dict, queue_size: int):
+class AsyncSource(RolloutSource):
+    """``online.source: async``: a producer process generates the rounds ahead of the learner, at most
+    ``staleness`` versions stale when consumed, through a queue of ``queue_size`` rounds. It starts with
+    the first batch asked for, from the rollout worker's weights then (a resumed run's: the learner's)."""
+
+    def __init__(self, rounds: Rounds, staleness: int, queue_size: int, backend: str, vllm: dict | None):
+        super().__init__(rounds)
+        self.backend, self.vllm = backend, vllm  # the producer's sampler (the learner's copy never samples)
+        if self.ws > 1:
+            raise ValueError(f"online.source 'async' runs at world size 1 (got {self.ws} ranks)")
+        self.staleness, self.queue_size, self.process = staleness, queue_size, None
+
+    def plan(self, first_round: int) -> RoundPlan:
+        """The producer's job: every round's prompts and sampling seed, and how to sample."""
+        o = self.r.online
+        return RoundPlan(rounds=[self.prompts(r) for r in range(self.rounds)],
+                         seeds=[self.seed(r) for r in range(self.rounds)], n=o.n, temperature=o.temperature,
+                         max_new_tokens=o.max_new_tokens, reward_fn=self.r.reward_fn, inner_epochs=o.inner_epochs,
+                         staleness=self.staleness, max_len=self.worker.max_len, backend=self.backend,
+                         vllm=self.vllm, threads=max(1, torch.get_num_threads() // 2),
+                         first_round=first_round)  # fmt: skip
+
+    def _start(self, first_round: int) -> None:
         from oxbench.engine.producer import produce
 
-        ctx = torch.multiprocessing.get_context("spawn")
+        ctx, worker = torch.multiprocessing.get_context("spawn"), self.worker
         self.shared = {k: v.detach().clone().share_memory_() for k, v in worker.model.state_dict().items()}
-        self.version, self.lock = ctx.Value("l", max(0, worker.version)), ctx.Lock()
-        self.queue, self.stop = ctx.Queue(maxsize=queue_size), ctx.Event()
-        self.worker, self.stats = worker, {}
+        self.shared_version, self.lock = ctx.Value("l", max(0, worker.version)), ctx.Lock()
+        self.queue, self.stop = ctx.Queue(maxsize=self.queue_size), ctx.Event()
         self.process = ctx.Process(target=produce, name="oxbench-rollout-producer", daemon=True,
-                                   args=(worker.model, worker.tokenizer, self.shared, self.version, self.lock,
-                                         self.queue, self.stop, job))  # fmt: skip
+                                   args=(worker.model, worker.tokenizer, self.shared, self.shared_version, self.lock,
+                                         self.queue, self.stop, self.plan(first_round)))  # fmt: skip
         self.process.start()
 
-    def batch(self, rnd: int, version: int, weights: Weights, sample=None) -> list[Rollout]:
+    def batches(self, start: int):
+        self._start(start)
+        yield from super().batches(start)
+
+    def draw(self, rnd: int, sample=None) -> list[Rollout]:
         """The next round from the queue (waiting for it; the wait is the learner's idle time)."""
         start = time.time()
         while True:
@@ -75,23 +98,25 @@ class AsyncSource:
         }
         return experience
 
-    def after_step(self, version: int, weights: Weights) -> None:
+    def after_step(self, version: int) -> None:
         """Publish the learner's new weights to the producer; the time it takes is the round's ``sync_s``."""
         from oxbench.engine.producer import publish
 
+        super().after_step(version)
         start = time.perf_counter()
-        publish(self.shared, weights(), self.version, version, self.lock)
+        publish(self.shared, self.r.weights(), self.shared_version, version, self.lock)
         self.stats["sync_s"] = self.stats.get("sync_s", 0.0) + time.perf_counter() - start
 
-    def state_dict(self) -> None:  # a resumed producer starts afresh from the learner's weights
-        return None
-
-    def load_state_dict(self, state: None) -> None:
-        pass
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed producer starts afresh from the learner's weights at the round it resumes."""
+        self.version, self.consumed = state["version"], state["consumed"]
+        self.worker.sync(self.r.weights(), self.version)
 
     def close(self) -> None:
-        self.stop.set()
-        self.process.join(timeout=10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        if self.process is not None:
+            self.stop.set()
+            self.process.join(timeout=10)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+        super().close()

@@ -4,39 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from oxbench.engine.rollout import Rollout, RolloutWorker
+from oxbench.engine.rollout import Rollout
+from oxbench.engine.sources.rollouts import RolloutSource, Rounds
 
-Weights = Callable[[], dict]  # the policy's full state dict (every rank calls it: collective under ZeRO-3)
 
+class DelayedSource(RolloutSource):
+    """``online.source: delayed``: the round at learner version v is sampled by version max(0, v − S)."""
 
-class DelayedSource:
-    """``online.source: delayed``: round at learner version v sampled by version max(0, v − S)."""
+    def __init__(self, rounds: Rounds, staleness: int):
+        super().__init__(rounds)
+        self.staleness, self.ring = staleness, {}  # version -> weights: the S + 1 newest
 
-    def __init__(self, worker: RolloutWorker, staleness: int):
-        self.worker, self.staleness, self.stats = worker, staleness, {}
-        self.ring: dict[int, dict] = {}
-
-    def batch(
-        self, rnd: int, version: int, weights: Weights, sample: Callable[[], list[Rollout]]
-    ) -> list[Rollout]:
+    def draw(self, rnd: int, sample: Callable[[], list[Rollout]]) -> list[Rollout]:
         if not self.ring:
-            self.ring[version] = weights()  # the initial policy, version 0
-        behind = max(0, version - self.staleness)
+            self.ring[self.version] = self.r.weights()  # the initial policy, version 0
+        behind = max(0, self.version - self.staleness)
         if self.worker.version != behind:
             self.worker.sync(self.ring[behind], behind)
         return sample()
 
-    def after_step(self, version: int, weights: Weights) -> None:
+    def after_step(self, version: int) -> None:
         """Keep the snapshot of ``version``, and only the S + 1 newest (the oldest a batch may use)."""
-        self.ring[version] = weights()
+        super().after_step(version)
+        self.ring[version] = self.r.weights()
         for old in [v for v in self.ring if v < version - self.staleness]:
             del self.ring[old]
 
     def state_dict(self) -> dict:
-        return {"ring": self.ring}
+        return {**super().state_dict(), "ring": self.ring}
 
     def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
         self.ring = dict(state["ring"])
-
-    def close(self) -> None:
-        pass

@@ -4,47 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from oxbench.engine.rollout import Rollout, RolloutWorker
+from oxbench.engine.rollout import Rollout
+from oxbench.engine.sources.rollouts import RolloutSource, Rounds
 
-Weights = Callable[[], dict]  # the policy's full state dict (every rank calls it: collective under ZeRO-3)
 
-
-class SyncSource:
+class SyncSource(RolloutSource):
     """``online.source: sync``: the rollout worker takes the learner's weights every ``sync_every`` rounds
-    (SPIN-style methods: at each new iterate, which also becomes the reference)."""
+    (SPIN-style methods, ``per_iteration`` not None: at each new iterate, which also becomes the
+    reference ``live_ref``)."""
 
-    def __init__(
-        self, worker: RolloutWorker, sync_every: int, per_iteration: int | None = None, live_ref=None
-    ):
-        self.stats: dict = {}  # nothing to time beyond the worker's own sync
-        self.worker, self.sync_every, self.per_iteration, self.live_ref = (
-            worker,
-            sync_every,
-            per_iteration,
-            live_ref,
-        )
+    def __init__(self, rounds: Rounds, sync_every: int, per_iteration: int | None = None, live_ref=None):
+        super().__init__(rounds)
+        self.sync_every, self.per_iteration, self.live_ref = sync_every, per_iteration, live_ref
 
-    def batch(
-        self, rnd: int, version: int, weights: Weights, sample: Callable[[], list[Rollout]]
-    ) -> list[Rollout]:
+    def draw(self, rnd: int, sample: Callable[[], list[Rollout]]) -> list[Rollout]:
         if self.per_iteration is not None:
             if rnd % self.per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
-                state = weights()
-                self.worker.sync(state, version)
+                state = self.r.weights()
+                self.worker.sync(state, self.version)
                 if rnd > 0:
                     self.live_ref.refresh(state, 1.0)
         elif rnd % self.sync_every == 0:
-            self.worker.sync(weights(), version)
+            self.worker.sync(self.r.weights(), self.version)
         return sample()
-
-    def after_step(self, version: int, weights: Weights) -> None:
-        pass
-
-    def state_dict(self) -> None:  # the rollout worker's weights are the whole state (the loop keeps them)
-        return None
-
-    def load_state_dict(self, state: None) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -1,0 +1,118 @@
+"""A run's components, assembled from its config and loss spec, and handed to the one loop.
+
+:func:`train_offline` (a dataset source) and :func:`train_online` (a rollout source) differ only in
+what they build: the source, the engine's schedule length, the reference (cached or live) and, online,
+the rollout worker and the collapse detector. Both then run :class:`~oxbench.engine.loop.Loop`. They
+read the loss's declared capabilities (``data``, ``needs_reference``, ``needs_value_model``,
+``needs_full_logits``, ``updates_reference``, ``generates_own_pairs``, ``pairs_from_iterate``...) and
+never its name or a hyper-parameter's name.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from losses import LossSpec
+from oxbench.config import RunConfig, micro_batches_per_rank
+from oxbench.engine import checkpoint as C
+from oxbench.engine import distributed as D
+from oxbench.engine.batches import encode_examples
+from oxbench.engine.collapse import CollapseDetector
+from oxbench.engine.learner import Learner
+from oxbench.engine.loop import Loop, TrainResult
+from oxbench.engine.model import build_engine, full_state_dict, lm_state, online_policy
+from oxbench.engine.reference import LiveReference
+from oxbench.engine.rollout import RolloutWorker
+from oxbench.engine.sources import DatasetSource, Rounds, make_source
+from oxbench.tasks.grading import is_correct
+from oxbench.text import decode
+
+
+def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer, rows: list[dict], *,
+                  run: str, logger=None, ref_key: dict | None = None,
+                  ckpt: C.Checkpointer | None = None) -> tuple[object, TrainResult]:  # fmt: skip
+    """Train on a fixed dataset (``spec.data`` in sft/pairs/unpaired). Returns (engine, result).
+
+    A reference that moves, or whose full logits the loss reads, is a frozen live copy; a fixed one is
+    the initial policy's log-probs, cached once. With ``ckpt`` the run resumes from its latest
+    checkpoint and offers one at every step boundary (:mod:`oxbench.engine.checkpoint`)."""
+    t, start = cfg.train, time.time()
+    examples = encode_examples(spec.data, rows, tokenizer, cfg.data.max_len, kl_seed=cfg.seeds()["data"])
+    if not examples:
+        raise RuntimeError(f"run {run}: no training examples for data kind {spec.data!r}")
+    source = DatasetSource(examples, spec.data, seed=cfg.seeds()["data"], batch_size=t.batch_size,
+                           grad_accum=t.grad_accum, epochs=t.epochs, max_steps=t.max_steps, run=run)  # fmt: skip
+    live = spec.needs_reference and (spec.updates_reference or spec.needs_full_logits)
+    live_ref = LiveReference(model) if live else None
+    engine = build_engine(model, cfg, source.total_steps)
+    if spec.needs_reference and not live:
+        source.cache_reference(engine.module, tokenizer.pad_token_id, ref_key or {"run": run})
+    learner = Learner(spec=spec, hparams=hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
+                      max_len=cfg.data.max_len, max_new_tokens=cfg.data.max_new_tokens,
+                      micro_batches=t.grad_accum, run=run, check_reference=t.check_reference)  # fmt: skip
+    loop = Loop(learner, source, run, log_every=t.log_every, logger=logger, ckpt=ckpt, start=start)
+    return engine, loop.run_all()
+
+
+def fast_paths(online, spec: LossSpec, lm) -> dict:
+    """The rollout backend and learner forward an online run takes: ``online.backend`` and
+    ``online.share_prompt``, except where the method or model cannot use them (the defaults are the fast
+    paths): ``lean`` on a model its loop cannot decode (LoRA, another architecture) samples with HF
+    generate, and a method with a value head or pairs takes the full forward. Recorded in the run."""
+    share = online.share_prompt and not (spec.needs_value_model or spec.generates_own_pairs)
+    return {"online.backend": decode.backend_for(online.backend, lm), "online.share_prompt": share}
+
+
+def vllm_options(online) -> dict:
+    """The vLLM server's placement keywords (:class:`~oxbench.engine.vllm_client.VllmEngine`) from ``online``."""
+    return {"placement": online.vllm_placement, "devices": online.vllm_devices, "memory": online.vllm_memory}
+
+
+def rounds_per_iteration(spec: LossSpec, n_prompts: int, cfg: RunConfig) -> int | None:
+    """For ``pairs_from_iterate`` (SPIN): rounds in one iteration, ``online.pair_refresh_every``
+    passes over the prompts; None for every other method."""
+    if not spec.pairs_from_iterate:
+        return None
+    o = cfg.online
+    return max(1, math.ceil(n_prompts / o.prompts_per_batch)) * o.pair_refresh_every
+
+
+def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer, prompts: list[dict], *,
+                 run: str, logger=None, reward_fn=is_correct, curve=None,
+                 ckpt: C.Checkpointer | None = None) -> tuple[object, TrainResult]:  # fmt: skip
+    """Train on the policy's own graded rollouts. Returns (engine, result).
+
+    Each round samples ``n`` rollouts for each of ``B_p`` prompts with the rollout worker's weights
+    (which ones is the source's choice: the learner's every ``online.sync_every`` rounds, or those of
+    S versions ago, or a producer's running ahead; every rollout carries the version that made it),
+    scores them with ``reward_fn(completion, reference_answer)`` (default: the strict grader), and the
+    learner takes ``inner_epochs`` optimiser steps on them. SPIN-style methods (``pairs_from_iterate``)
+    freeze an iterate for a whole iteration (``online.pair_refresh_every`` passes over the prompts): it
+    samples every rejected answer of the iteration and is the reference.
+
+    ``curve`` (a :class:`~oxbench.engine.curves.Curve`) takes learning-curve points at 0 rollouts and
+    every ``eval.every``. With ``ckpt`` the run resumes from its latest checkpoint and offers one after
+    every round."""
+    o, seeds, start = cfg.online, cfg.seeds(), time.time()
+    micro = micro_batches_per_rank(o.prompts_per_batch, cfg.train.batch_size, D.world_size(), run)
+    model, lm, live_ref = online_policy(spec, hparams, model, seeds["init"])
+    paths = fast_paths(o, spec, lm)
+    # async: the producer samples on a copy of its own (its vLLM server too); the learner's copy never does
+    backend = "hf" if o.source == "async" else paths["online.backend"]
+    worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o), backend=backend)
+    engine = build_engine(model, cfg, o.rounds * o.inner_epochs, grad_accum=micro)
+    learner = Learner(spec=spec, hparams=hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
+                      max_len=worker.max_len, max_new_tokens=o.max_new_tokens, micro_batches=micro, run=run,
+                      diagnostic_is_cap=o.diagnostic_is_cap, ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base,
+                      share_prompt=paths["online.share_prompt"])  # fmt: skip
+    rounds = Rounds(online=o, prompts=prompts, worker=worker, weights=lambda: lm_state(full_state_dict(engine)),
+                    reward_fn=reward_fn, sampling_seed=seeds["sampling"], data_seed=seeds["data"])  # fmt: skip
+    source = make_source(o.source, rounds, staleness=o.staleness, queue_size=o.queue_size,
+                         sync_every=o.sync_every, per_iteration=rounds_per_iteration(spec, len(prompts), cfg),
+                         live_ref=live_ref, backend=paths["online.backend"], vllm=vllm_options(o))  # fmt: skip
+    detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
+    loop = Loop(learner, source, run, log_every=cfg.train.log_every, logger=logger, detector=detector,
+                curve=curve, ckpt=ckpt, start=start)  # fmt: skip
+    loop.res.paths = paths
+    return engine, loop.run_all()
