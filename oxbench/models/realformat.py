@@ -25,6 +25,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
+from oxbench.models.tiny import qwen2_config
+
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)  # Qwen's order: ids vocab-3, vocab-2, vocab-1
 
@@ -98,17 +100,11 @@ def qwen_tokenizer(core: Tokenizer, max_length: int) -> Qwen2Tokenizer:
 
 def qwen_config(tok: Qwen2Tokenizer, max_positions: int) -> Qwen2Config:
     """A tiny Qwen2 config in Qwen2.5's style (tied embeddings, rope theta 1e6) for ``tok``."""
-    hidden, layers, heads, kv_heads, inter = SHAPE
-    return Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        intermediate_size=inter,
+    return qwen2_config(
+        SHAPE,
+        len(tok),
         max_position_embeddings=max_positions,
         rope_theta=1_000_000.0,
-        tie_word_embeddings=True,
         bos_token_id=tok.convert_tokens_to_ids(ENDOFTEXT),
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,

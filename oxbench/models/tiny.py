@@ -58,10 +58,14 @@ def check_model_name(name: str) -> None:
     raise ModelError(f"unknown model {name!r}{hint}")
 
 
-def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int):
+def qwen2_config(
+    shape: tuple[int, int, int, int, int], vocab_size: int, *, tie_word_embeddings: bool = True, **fields
+):
+    """A Qwen2 config of ``shape`` = (hidden, layers, heads, kv_heads, intermediate), as the rows of
+    :data:`LADDER`, tied embeddings unless told; ``fields``: the rest (positions, special tokens, ...)."""
     from transformers import Qwen2Config
 
-    hidden, layers, heads, kv_heads, inter = LADDER[name]
+    hidden, layers, heads, kv_heads, inter = shape
     return Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -69,8 +73,16 @@ def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: 
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         intermediate_size=inter,
+        tie_word_embeddings=tie_word_embeddings,
+        **fields,
+    )
+
+
+def tiny_config(name: str, vocab_size: int, *, pad_token_id: int, eos_token_id: int):
+    return qwen2_config(
+        LADDER[name],
+        vocab_size,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
         pad_token_id=pad_token_id,
         eos_token_id=eos_token_id,
         bos_token_id=eos_token_id,

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from loss_fixtures import pair_from_tokens
 
 import losses
 from losses.dpo import dpo_loss
@@ -259,14 +260,7 @@ def orpo_example(grad: bool = False) -> LossInputs:
     )
     rej = torch.tensor([[math.log(0.2), 0.0, 0.0], [math.log(0.5), math.log(0.5), 0.0]], dtype=torch.float64)
     cm, rm = mask_of([2, 1]), mask_of([1, 2])
-    return LossInputs(
-        chosen_logps=lp.sum(-1),
-        rejected_logps=rej.sum(-1),
-        chosen_token_logps=lp,
-        rejected_token_logps=rej,
-        chosen_mask=cm,
-        rejected_mask=rm,
-    )
+    return pair_from_tokens(lp, rej, cm, rm)
 
 
 def test_orpo_hand_value():

@@ -26,7 +26,8 @@ from collections import defaultdict
 import pytest
 import torch
 from datasets import Dataset
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from loss_fixtures import micro_qwen2, pair_from_tokens
+from transformers import Qwen2ForCausalLM
 from trl import DPOConfig, DPOTrainer
 
 import losses
@@ -148,15 +149,8 @@ def trl_loss(policy, ref, mask, loss_type, beta, label_smoothing, tau):
 
 def our_inputs(policy, ref, mask) -> LossInputs:
     tok, n = policy * mask, policy.shape[0] // 2
-    return LossInputs(
-        chosen_logps=tok[:n].sum(-1),
-        rejected_logps=tok[n:].sum(-1),
-        chosen_token_logps=tok[:n],
-        rejected_token_logps=tok[n:],
-        chosen_mask=mask[:n],
-        rejected_mask=mask[n:],
-        ref_chosen_logps=ref[:n],
-        ref_rejected_logps=ref[n:],
+    return pair_from_tokens(
+        tok[:n], tok[n:], mask[:n], mask[n:], ref_chosen_logps=ref[:n], ref_rejected_logps=ref[n:]
     )
 
 
@@ -214,18 +208,7 @@ def test_bco_default_shift_differs_from_trl():
 
 
 def _tiny(vocab: int, pad: int, eos: int, seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=32,
-        vocab_size=vocab,
-        pad_token_id=pad,
-        eos_token_id=eos,
-    )
-    return Qwen2ForCausalLM(config)
+    return micro_qwen2(vocab, seed, pad_token_id=pad, eos_token_id=eos)
 
 
 @pytest.fixture(scope="module")
@@ -268,13 +251,11 @@ def _real_inputs(trainer, batch) -> LossInputs:
     with torch.no_grad():
         ref_tok, _ = _response_logps(trainer.ref_model, batch)
     n = tok.shape[0] // 2
-    return LossInputs(
-        chosen_logps=tok[:n].sum(-1),
-        rejected_logps=tok[n:].sum(-1),
-        chosen_token_logps=tok[:n],
-        rejected_token_logps=tok[n:],
-        chosen_mask=mask[:n],
-        rejected_mask=mask[n:],
+    return pair_from_tokens(
+        tok[:n],
+        tok[n:],
+        mask[:n],
+        mask[n:],
         ref_chosen_logps=ref_tok[:n].sum(-1),
         ref_rejected_logps=ref_tok[n:].sum(-1),
     )

@@ -107,24 +107,34 @@ def _accelerator() -> SimpleNamespace:
     )
 
 
+def _trainer(logps: torch.Tensor, metrics: dict, **attrs) -> SimpleNamespace:
+    """The attributes a TRL trainer's unbound ``_compute_loss`` reads, on precomputed ``logps``
+    (zero entropy), training, one process; ``attrs``: the trainer's own."""
+    return SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
+        aux_loss_enabled=False,
+        model=SimpleNamespace(training=True),
+        accelerator=_accelerator(),
+        _metrics=metrics,
+        **attrs,
+    )
+
+
 def trl_grpo(r: dict, adv: torch.Tensor, *, on_policy: bool = False, **attrs) -> tuple[torch.Tensor, dict]:
     """``GRPOTrainer._compute_loss`` on the batch ``r``; ``attrs`` = loss_type, beta, epsilon_*, ..."""
     logps, mask = r["logps"], r["mask"]
     b, t = logps.shape
     metrics = defaultdict(lambda: defaultdict(list))
-    trainer = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
-        aux_loss_enabled=False,
+    trainer = _trainer(
+        logps,
+        metrics,
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         importance_sampling_level="token",
         use_vllm=False,
-        model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=1,
         max_completion_length=t,
-        accelerator=_accelerator(),
         _entropy_bonus_enabled=False,
-        _metrics=metrics,
         args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
     )
     num_items = attrs.pop("num_items_in_batch", mask.sum())
@@ -148,15 +158,7 @@ def trl_rloo(r: dict, adv: torch.Tensor, *, epsilon: float) -> tuple[torch.Tenso
     logps, mask = r["logps"], r["mask"]
     b, t = logps.shape
     metrics = defaultdict(lambda: defaultdict(list))
-    trainer = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
-        aux_loss_enabled=False,
-        epsilon_low=epsilon,
-        epsilon_high=epsilon,
-        model=SimpleNamespace(training=True),
-        accelerator=_accelerator(),
-        _metrics=metrics,
-    )
+    trainer = _trainer(logps, metrics, epsilon_low=epsilon, epsilon_high=epsilon)
     inputs = {
         "prompt_ids": torch.zeros(b, 1, dtype=torch.long),
         "prompt_mask": torch.ones(b, 1, dtype=torch.long),

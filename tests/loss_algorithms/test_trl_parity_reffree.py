@@ -21,7 +21,7 @@ import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from loss_fixtures import micro_qwen2, pair_from_tokens  # noqa: E402
 from trl import KTOTrainer  # noqa: E402
 from trl.experimental.cpo import CPOTrainer  # noqa: E402
 from trl.experimental.orpo import ORPOTrainer  # noqa: E402
@@ -47,16 +47,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def model(tok):
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=32,
-        vocab_size=len(tok),
-    )
-    m = Qwen2ForCausalLM(cfg).double().eval()  # float64: rounding far below the 1e-5 tolerance
+    m = micro_qwen2(len(tok)).double().eval()  # float64: rounding far below the 1e-5 tolerance
     torch.nn.init.normal_(m.lm_head.weight, std=0.5)  # less flat than the default init: log-probs differ
     add_fused_lm_head(m, outputs=("log_probs", "entropy", "mean_logits"))  # KTOTrainer calls it fused
     return m
@@ -106,14 +97,7 @@ def pair_inputs(model, batch) -> LossInputs:
     r_lp, r_mask = token_logps(
         model, batch["rejected_input_ids"], batch["rejected_attention_mask"], batch["rejected_labels"]
     )
-    return LossInputs(
-        chosen_logps=c_lp.sum(-1),
-        rejected_logps=r_lp.sum(-1),
-        chosen_token_logps=c_lp,
-        rejected_token_logps=r_lp,
-        chosen_mask=c_mask,
-        rejected_mask=r_mask,
-    )
+    return pair_from_tokens(c_lp, r_lp, c_mask, r_mask)
 
 
 def trl_cpo(model, batch, **config):
