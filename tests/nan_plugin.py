@@ -2,19 +2,12 @@
 
 import torch
 
-from losses import LossInputs, LossOutput, LossSpec
+from losses import LossInputs, LossOutput
+from losses._families import sft_spec
 
 
 def nan_loss(inputs: LossInputs) -> LossOutput:
     return LossOutput(inputs.logps.sum() * torch.tensor(float("nan")))
 
 
-spec = LossSpec(
-    name="nan_loss",
-    fn=nan_loss,
-    paradigm="sft",
-    data="sft",
-    needs_reference=False,
-    paper="none",
-    description="returns NaN (tests only)",
-)
+spec = sft_spec("nan_loss", nan_loss, paper="none", description="returns NaN (tests only)")

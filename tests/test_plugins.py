@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import losses
 import losses.registry as registry
+from losses._families import pairs_spec
 from oxbench_cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,14 +173,7 @@ def _no_inputs(*, beta: float = 0.1, gamma: float = 0.5):
 
 
 def mismatched_spec(fn) -> losses.LossSpec:
-    return losses.LossSpec(
-        name="tmp_mismatch",
-        fn=fn,
-        paradigm="offline",
-        data="pairs",
-        needs_reference=True,
-        defaults={"beta": 0.1, "gamma": 0.5},
-    )
+    return pairs_spec("tmp_mismatch", fn, defaults={"beta": 0.1, "gamma": 0.5})
 
 
 @pytest.mark.parametrize(
