@@ -12,24 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from grids import write_grid
 
 pytestmark = pytest.mark.slow
 
 
 def micro_grid(tmp_path, model_dir, seeds=(0, 1)) -> Path:
-    g = {
-        "name": "ex",
-        "base": {
-            "model": {"name": model_dir},
-            "data": {"n_train": 8, "max_new_tokens": 8},
-            "train": {"batch_size": 4, "max_steps": 1, "lr": 1e-3},
-            "eval": {"n_test": 4, "n_ood": 4, "k": 0, "max_new_tokens": 8},
-        },
-        "axes": {"method": ["sft"], "seed": list(seeds)},
-    }
-    p = tmp_path / "g.yaml"
-    p.write_text(yaml.safe_dump(g))
-    return p
+    return write_grid(tmp_path, "ex", model_dir, {"method": ["sft"], "seed": list(seeds)})
 
 
 def oxbench(*args, timeout=600, **kw):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from grids import write_grid
 
 pytestmark = pytest.mark.slow
 
@@ -55,21 +56,12 @@ TIMEOUT_S = 30.0  # the collective timeout these cells run with (faults.collecti
 
 
 def _grid(tmp_path: Path, model_dir: str, methods: list[str]) -> Path:
-    g = {
-        "name": "faults",
-        "base": {
-            "model": {"name": model_dir},
-            "data": {"n_train": 16, "max_new_tokens": 8},
-            "train": {"batch_size": 2, "max_steps": 2, "lr": 1e-3},
-            "eval": {"n_test": 4, "n_ood": 0, "k": 0, "max_new_tokens": 8},
-            "faults": {"collective_timeout_s": TIMEOUT_S},
-        },
-        "axes": {"method": methods},
-    }
     (tmp_path / "fault_plugin.py").write_text(PLUGIN)
-    p = tmp_path / "g.yaml"
-    p.write_text(yaml.safe_dump(g))
-    return p
+    return write_grid(
+        tmp_path, "faults", model_dir, {"method": methods}, data={"n_train": 16},
+        train={"batch_size": 2, "max_steps": 2}, evaluation={"n_ood": 0},
+        faults={"collective_timeout_s": TIMEOUT_S},
+    )  # fmt: skip
 
 
 def _start(tmp_path: Path, grid: Path, out: Path, **env) -> subprocess.Popen:
