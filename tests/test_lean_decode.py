@@ -29,6 +29,21 @@ def tiny_m():
     return model, tok
 
 
+def lean_sample(model, tok, prompts, *, n: int, max_new_tokens: int, batch_size: int, seed: int):
+    """``n`` samples at temperature 1 per prompt through the lean decoder."""
+    return sample(
+        model,
+        tok,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=1.0,
+        num_return_sequences=n,
+        batch_size=batch_size,
+        generator_seed=seed,
+        backend="lean",
+    )
+
+
 def encode(tok, prompts):
     return tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
 
@@ -78,17 +93,7 @@ def test_behaviour_logps_are_the_teacher_forced_logps_and_rows_stop_at_eos():
     model, tok = make_micro_model(seed=3)
     model.eval()
     tok.padding_side = "left"
-    samples = sample(
-        model,
-        tok,
-        PROMPTS[:2],
-        max_new_tokens=24,
-        temperature=1.0,
-        num_return_sequences=32,
-        batch_size=2,
-        generator_seed=5,
-        backend="lean",
-    )
+    samples = lean_sample(model, tok, PROMPTS[:2], n=32, max_new_tokens=24, batch_size=2, seed=5)
     flat = [s for group in samples for s in group]
     assert any(s.finished for s in flat) and not all(s.finished for s in flat)
     batch = collate([(s.prompt_ids + s.completion_ids, len(s.prompt_ids)) for s in flat], tok.pad_token_id)
@@ -126,17 +131,7 @@ def test_same_seed_same_samples_other_seed_other_samples():
     model, tok = tiny_m()
 
     def run(seed):
-        return sample(
-            model,
-            tok,
-            PROMPTS,
-            max_new_tokens=10,
-            temperature=1.0,
-            num_return_sequences=4,
-            batch_size=2,
-            generator_seed=seed,
-            backend="lean",
-        )
+        return lean_sample(model, tok, PROMPTS, n=4, max_new_tokens=10, batch_size=2, seed=seed)
 
     a, b, c = run(0), run(0), run(1)
     assert a == b and a != c
@@ -148,17 +143,7 @@ def test_unsupported_models_and_lora_are_errors_not_silent_fallbacks():
 
     assert not supports(Other())
     with pytest.raises(ValueError, match="lean"):
-        sample(
-            Other(),
-            build_char_tokenizer(),
-            ["x"],
-            max_new_tokens=2,
-            temperature=1.0,
-            num_return_sequences=1,
-            batch_size=1,
-            generator_seed=0,
-            backend="lean",
-        )
+        lean_sample(Other(), build_char_tokenizer(), ["x"], n=1, max_new_tokens=2, batch_size=1, seed=0)
     cfg = RunConfig(
         method="sgrpo", model={"name": "tiny-xs", "lora": {"enabled": True}}, online={"backend": "lean"}
     )
