@@ -414,7 +414,7 @@ class OnlineConfig(Strict):
     # Default on; a method with a value head or pairs falls back to the full forward, recorded.
     share_prompt: bool = added(False, now=True)
     sync_every: int = 1  # copy trainer weights to the rollout worker every N rounds (>1: stale rollouts)
-    # where rollouts come from (oxbench/engine/sources.py): sync (the trainer's weights every sync_every
+    # where rollouts come from (oxbench/engine/sources/): sync (the learner's weights every sync_every
     # rounds) or delayed (the weights of exactly `staleness` optimiser steps ago, from a ring buffer)
     # or async (a producer process generating ahead, at most `staleness` versions behind; world size 1)
     source: Literal["sync", "delayed", "async"] = added("sync")
