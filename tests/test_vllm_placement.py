@@ -14,8 +14,8 @@ import losses
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine import vllm_client as V
-from oxbench.engine.build import train_online, vllm_options
-from oxbench.engine.rollout import RolloutWorker
+from oxbench.engine.build import train_online
+from oxbench.engine.rollout import RolloutWorker, vllm_options
 from oxbench.models.loading import load_model
 
 

@@ -23,7 +23,7 @@ from oxbench.engine.learner import Learner
 from oxbench.engine.loop import Loop, TrainResult
 from oxbench.engine.model import build_engine, full_state_dict, lm_state, online_policy
 from oxbench.engine.reference import LiveReference
-from oxbench.engine.rollout import RolloutWorker
+from oxbench.engine.rollout import RolloutWorker, vllm_options
 from oxbench.engine.sources import DatasetSource, Rounds, make_source
 from oxbench.tasks.grading import is_correct
 from oxbench.text import decode
@@ -62,11 +62,6 @@ def fast_paths(online, spec: LossSpec, lm) -> dict:
     generate, and a method with a value head or pairs takes the full forward. Recorded in the run."""
     share = online.share_prompt and not (spec.needs_value_model or spec.generates_own_pairs)
     return {"online.backend": decode.backend_for(online.backend, lm), "online.share_prompt": share}
-
-
-def vllm_options(online) -> dict:
-    """The vLLM server's placement keywords (:class:`~oxbench.engine.vllm_client.VllmEngine`) from ``online``."""
-    return {"placement": online.vllm_placement, "devices": online.vllm_devices, "memory": online.vllm_memory}
 
 
 def rounds_per_iteration(spec: LossSpec, n_prompts: int, cfg: RunConfig) -> int | None:
@@ -108,9 +103,8 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
                       share_prompt=paths["online.share_prompt"])  # fmt: skip
     rounds = Rounds(online=o, prompts=prompts, worker=worker, weights=lambda: lm_state(full_state_dict(engine)),
                     reward_fn=reward_fn, sampling_seed=seeds["sampling"], data_seed=seeds["data"])  # fmt: skip
-    source = make_source(o.source, rounds, staleness=o.staleness, queue_size=o.queue_size,
-                         sync_every=o.sync_every, per_iteration=rounds_per_iteration(spec, len(prompts), cfg),
-                         live_ref=live_ref, backend=paths["online.backend"], vllm=vllm_options(o))  # fmt: skip
+    source = make_source(rounds, backend=paths["online.backend"], live_ref=live_ref,
+                         per_iteration=rounds_per_iteration(spec, len(prompts), cfg))  # fmt: skip
     detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
     loop = Loop(learner, source, run, log_every=cfg.train.log_every, logger=logger, detector=detector,
                 curve=curve, ckpt=ckpt, start=start)  # fmt: skip

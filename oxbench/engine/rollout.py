@@ -66,6 +66,11 @@ def collate_rollouts(rollouts: list[Rollout], pad_id: int, max_len: int) -> tupl
     return batch, torch.tensor(rows, dtype=torch.float32, device=batch["input_ids"].device)
 
 
+def vllm_options(online) -> dict:
+    """The vLLM server's placement keywords (:class:`~oxbench.engine.vllm_client.VllmEngine`) from ``online``."""
+    return {"placement": online.vllm_placement, "devices": online.vllm_devices, "memory": online.vllm_memory}
+
+
 class RolloutWorker:
     """The rollout copy of the policy. ``vllm``: the vLLM server's placement (``placement``, ``devices``,
     ``memory``: :class:`~oxbench.engine.vllm_client.VllmEngine`'s keywords) for backend ``vllm``."""

@@ -88,12 +88,15 @@ class Source(Protocol):
         ...
 
 
-def make_source(kind: str, rounds: Rounds, **options) -> RolloutSource:
-    """The online source ``online.source`` names, over ``rounds`` (:class:`Rounds`: the prompts, the
-    worker, the learner's weights); ``options`` are the config's settings for it."""
-    o = options
-    if kind == "delayed":
-        return DelayedSource(rounds, o["staleness"])
-    if kind == "async":
-        return AsyncSource(rounds, o["staleness"], o["queue_size"], o["backend"], o["vllm"])
-    return SyncSource(rounds, o["sync_every"], o["per_iteration"], o["live_ref"])
+def make_source(
+    rounds: Rounds, *, backend: str, per_iteration: int | None = None, live_ref=None
+) -> RolloutSource:
+    """The online source ``online.source`` names, over ``rounds`` (:class:`Rounds`: the settings, the
+    prompts, the worker, the learner's weights). ``backend``: the sampler an asynchronous producer
+    runs; ``per_iteration`` and ``live_ref``: a SPIN-style method's iteration and reference."""
+    o = rounds.online
+    if o.source == "delayed":
+        return DelayedSource(rounds, o.staleness)
+    if o.source == "async":
+        return AsyncSource(rounds, o.staleness, o.queue_size, backend)
+    return SyncSource(rounds, o.sync_every, per_iteration, live_ref)

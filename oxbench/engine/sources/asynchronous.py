@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oxbench.engine.rollout import Rollout
+from oxbench.engine.rollout import Rollout, vllm_options
 from oxbench.engine.sources.rollouts import RolloutSource, Rounds
 
 
@@ -42,9 +42,9 @@ class AsyncSource(RolloutSource):
     ``staleness`` versions stale when consumed, through a queue of ``queue_size`` rounds. It starts with
     the first batch asked for, from the rollout worker's weights then (a resumed run's: the learner's)."""
 
-    def __init__(self, rounds: Rounds, staleness: int, queue_size: int, backend: str, vllm: dict | None):
+    def __init__(self, rounds: Rounds, staleness: int, queue_size: int, backend: str):
         super().__init__(rounds)
-        self.backend, self.vllm = backend, vllm  # the producer's sampler (the learner's copy never samples)
+        self.backend = backend  # the producer's sampler (the learner's copy never samples)
         if self.ws > 1:
             raise ValueError(f"online.source 'async' runs at world size 1 (got {self.ws} ranks)")
         self.staleness, self.queue_size, self.process = staleness, queue_size, None
@@ -56,7 +56,7 @@ class AsyncSource(RolloutSource):
                          seeds=[self.seed(r) for r in range(self.rounds)], n=o.n, temperature=o.temperature,
                          max_new_tokens=o.max_new_tokens, reward_fn=self.r.reward_fn, inner_epochs=o.inner_epochs,
                          staleness=self.staleness, max_len=self.worker.max_len, backend=self.backend,
-                         vllm=self.vllm, threads=max(1, torch.get_num_threads() // 2),
+                         vllm=vllm_options(o), threads=max(1, torch.get_num_threads() // 2),
                          first_round=first_round)  # fmt: skip
 
     def _start(self, first_round: int) -> None:
