@@ -1,12 +1,16 @@
 """The structure targets of issue 25, counted on the source: functions over 60 lines, modules at the
 ``oxbench/`` root, call sites of the loss registry in ``oxbench/``, places that decide "is this method
-online", and the README's length. ``python benchmarks/structure_counts.py`` (the repeated blocks are
-counted by the ``duplicates`` tool, outside the repository)."""
+online", the README's length, and, where the ``duplicates`` tool is on the PATH, the pairs of repeated
+blocks of six or more lines in the tracked files without the generated ``results/*.html`` reports.
+``python benchmarks/structure_counts.py``."""
 
 from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +40,22 @@ def grep(pattern: str, package: str = "oxbench") -> list[str]:
     return hits
 
 
+def duplicate_pairs() -> str:
+    """The ``duplicates`` tool's summary line over a copy of the tracked files, reports left out."""
+    if shutil.which("duplicates") is None:
+        return "duplicates: the tool is not on the PATH"
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in files.splitlines():
+            if not re.match(r"results/.*\.html$", name) and (ROOT / name).is_file():
+                dest = Path(tmp) / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(ROOT / name, dest)
+        out = subprocess.run(["duplicates", "--most", "200", "--seconds", "120"], cwd=tmp, capture_output=True,
+                             text=True).stdout  # fmt: skip
+    return out.splitlines()[0] if out else "duplicates: no output"
+
+
 def main() -> None:
     long = long_functions()
     print(f"functions over 60 lines: {len(long)}", *long, sep="\n  ")
@@ -45,6 +65,7 @@ def main() -> None:
     online = grep(r'data == "online" or .*generates_own_pairs') + grep(r'data == "online" or', "losses")
     print(f"places deciding 'is online': {len(online)}", *online, sep="\n  ")
     print(f"README.md lines: {len((ROOT / 'README.md').read_text(encoding='utf-8').splitlines())}")
+    print(f"repeated blocks: {duplicate_pairs()}")
 
 
 if __name__ == "__main__":
