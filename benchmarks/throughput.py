@@ -19,7 +19,8 @@ Contenders:
   ``generate``, what oxbench used before) against ``lean`` (oxbench's decode loop) and, when
   ``OXBENCH_VLLM_PYTHON`` names a Python with vLLM, the ``vllm`` backend's server.
 * ``online``: oxbench's online loop (SGRPO) with each backend (and ``lean`` with
-  ``online.share_prompt``: the learner's forward takes each prompt once), TRL's GRPOTrainer, and a bare loop
+  ``online.share_prompt``: the learner's forward takes each prompt once; ``oxbench-defaults``: neither
+  set, what a new config gets), TRL's GRPOTrainer, and a bare loop
   (HF ``generate`` + the GRPO loss + AdamW; the floor of a HF-generate trainer).
 * ``offline``: oxbench's offline loop (DPO, reference log-probs cached), TRL's DPOTrainer
   (``precompute_ref_log_probs``), and a bare loop (one forward of chosen + rejected + AdamW).
@@ -153,7 +154,10 @@ def vllm_gen(model, tok, steps: int) -> list[float]:
 # --------------------------------------------------------------------------- online
 
 
-def oxbench_online(backend: str, share_prompt: bool = False):
+def oxbench_online(backend: str | None, share_prompt: bool = False):
+    """oxbench's online loop with ``backend`` and ``share_prompt``; ``backend=None``: the defaults a
+    new config gets (neither setting written)."""
+
     def run(model, tok, steps: int) -> list[float]:
         import losses
         from oxbench.config import RunConfig
@@ -169,8 +173,7 @@ def oxbench_online(backend: str, share_prompt: bool = False):
                 "prompts_per_batch": B_P,
                 "rounds": steps + 1,
                 "max_new_tokens": NEW_TOKENS,
-                "backend": backend,
-                "share_prompt": share_prompt,
+                **({} if backend is None else {"backend": backend, "share_prompt": share_prompt}),
             },  # fmt: skip
             data={"max_len": 256},
             model={"dtype": "bf16" if on_gpu() else "fp32"},
@@ -355,6 +358,7 @@ STUDIES = {
             "oxbench-hf": oxbench_online("hf"),
             "oxbench-lean": oxbench_online("lean"),
             "oxbench-lean-share": oxbench_online("lean", share_prompt=True),
+            "oxbench-defaults": oxbench_online(None),
             "trl": trl_online,
             "bare": bare_online,
         },
