@@ -38,6 +38,9 @@ def short(correction: str) -> str:
     return correction
 
 
+STUDY = ("staleness", "staleness_seeds", "staleness_seeds_lr")  # same base and settings: pooled
+
+
 def label_all(results: Path) -> pd.DataFrame:
     """:func:`analysis.collapse_rule.label_runs` over every grid directory under ``results``."""
     frames = []
@@ -220,7 +223,7 @@ def main() -> None:
     assert counts["stable_below_half"].sum() == 0, "a stable run ends below half its base's flexible accuracy"
     scaled = labels[labels["ess_lr"] == "none"]
     assert (scaled["step_scale"].dropna() == 1.0).all(), "lr_effective != the scheduled lr without ess_lr"
-    runs = labels[labels["directory"] == "staleness"]
+    runs = labels[labels["directory"].isin(STUDY)]  # the study and the seeds added to it (issue 27.1)
     table = eta_tables(runs)
     slope_rows, comps = slopes(runs, table, args.boot), comparisons(table)
     args.out.mkdir(parents=True, exist_ok=True)
