@@ -41,3 +41,56 @@ def micro_model_dir(tmp_path_factory):
     model.save_pretrained(d)
     tok.save_pretrained(d)
     return str(d)
+
+
+# ------------------------------------------------------------------ scheduling under pytest-xdist
+# The README's command runs the suite on two workers (``-n 2``). Four fifths of its time is ~35
+# process-level tests (fault soaks, rank faults, executors, pre-emption); started last, one of them
+# leaves a worker running alone for minutes. So the heaviest start first (longest first, the classic
+# schedule). (``--dist loadgroup`` would keep a module with a costly module fixture on one worker, but
+# xdist 3.8's group ids are lost under pytest 9.2: it sets ``item._nodeid``, which pytest 9.2 no longer
+# reads.) Seconds: measured with --durations on the 2-core reference machine (2026-12-05, loaded);
+# a name that no longer matches only loses its head start.
+HEAVY_S = {
+    "tests/test_plugins.py::test_published_plugin_round_trip": 274,
+    "tests/test_soak.py::test_kill_9_soak": 148,
+    "tests/test_soak.py::test_chaos_soak": 148,
+    "tests/test_rank_faults.py::test_a_rank_that_stops_answering": 101,
+    "tests/test_online_invariance.py": 92,  # one module fixture: five worker runs, two under torchrun
+    "tests/test_rank_faults.py::test_a_grid_of_cold_cache_two_rank_cells": 83,
+    "tests/test_executors.py::test_two_runs_of_one_grid_share_the_work": 80,
+    "tests/test_real_checkpoint.py": 73,
+    "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 66,
+    "tests/test_preemption.py::test_sigterm_preempts": 64,
+    "tests/test_rank_faults.py::test_a_rank_killed_mid_step": 64,
+    "tests/test_rank_faults.py::test_a_rank_that_raises_alone": 59,
+    "tests/test_executors.py::test_a_full_disk_mid_grid": 59,
+    "tests/test_executors.py::test_executor_runs_every_cell": 49,
+    "tests/test_warm_worker.py::test_a_cell_in_a_warm_worker_is_the_cell_in_a_fresh_process": 46,
+    "tests/test_warm_worker.py::test_a_worker_that_dies_fails_only_its_cell": 43,
+    "tests/test_grid_report.py::test_a_grid_run_and_its_status_end_with_the_report": 41,
+    "tests/test_distributed.py::test_resume_at_world_size_2_is_bitwise": 40,
+    "tests/test_executors.py::test_kill_minus_9_then_resume": 39,
+    "tests/test_losscheck.py::test_the_readme_walkthrough": 39,
+    "tests/test_preemption.py::test_a_preempted_ray_cell": 39,
+    "tests/test_preemption.py::test_a_preempted_slurm_job": 38,
+    "tests/test_warm_worker.py::test_a_worker_is_retired": 32,
+    "tests/test_vllm_backend.py::test_training_on_each_backend_learns": 32,
+    "tests/test_memory.py::test_the_grid_goes_on_after_a_cell_runs_out_of_memory": 29,
+    "tests/test_distributed.py": 20,  # torchrun pairs: each test a few worker processes
+    "tests/test_losscheck.py::test_the_full_check_trains_a_builtin": 20,
+    "tests/test_rank_faults.py::test_two_ranks_building_one_cold_reference_cache": 20,
+    "tests/test_executors.py::test_ctrl_c_stops_the_grid": 18,
+    "tests/test_losscheck.py::test_the_example_plugin_keeps_the_contract": 16,
+}
+
+
+def _heavy_s(nodeid: str) -> int:
+    return max((s for name, s in HEAVY_S.items() if nodeid.startswith(name)), default=0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heaviest first; a module's tests that share a costly module fixture (the same weight) stay
+    together; the rest keep their order."""
+    weight = {item.nodeid: _heavy_s(item.nodeid) for item in items}
+    items.sort(key=lambda item: -weight[item.nodeid])  # stable
