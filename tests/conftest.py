@@ -44,7 +44,7 @@ def micro_model_dir(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ scheduling under pytest-xdist
-# The README's command runs the suite on two workers (``-n 2``). Four fifths of its time is ~35
+# The README's command runs the suite on two workers (``-n 2 --dist worksteal``). Four fifths of its time is ~35
 # process-level tests (fault soaks, rank faults, executors, pre-emption); started last, one of them
 # leaves a worker running alone for minutes. So the heaviest start first (longest first, the classic
 # schedule). (``--dist loadgroup`` would keep a module with a costly module fixture on one worker, but
@@ -77,7 +77,7 @@ HEAVY_S = {
     "tests/test_warm_worker.py::test_a_worker_is_retired": 32,
     "tests/test_vllm_backend.py::test_training_on_each_backend_learns": 32,
     "tests/test_memory.py::test_the_grid_goes_on_after_a_cell_runs_out_of_memory": 29,
-    "tests/test_distributed.py": 20,  # torchrun pairs: each test a few worker processes
+    "tests/test_distributed.py::test_": 35,  # each test a few torchrun launches (under -n 2)
     "tests/test_losscheck.py::test_the_full_check_trains_a_builtin": 20,
     "tests/test_rank_faults.py::test_two_ranks_building_one_cold_reference_cache": 20,
     "tests/test_executors.py::test_ctrl_c_stops_the_grid": 18,
@@ -90,7 +90,25 @@ def _heavy_s(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The heaviest first; a module's tests that share a costly module fixture (the same weight) stay
-    together; the rest keep their order."""
-    weight = {item.nodeid: _heavy_s(item.nodeid) for item in items}
-    items.sort(key=lambda item: -weight[item.nodeid])  # stable
+    """Ordered for ``--dist worksteal`` on two workers, which hands each worker one half of the list and
+    lets an idle worker take the tail of the other's queue: the heavy tests are dealt between the two
+    halves (each to the half with less so far, longest first) and start each half; the rest keep their
+    order. A module's tests with one weight (a shared module fixture) stay together. Run one at a
+    time, the order does not matter."""
+    units: dict[str, list] = {}  # a whole-module entry of HEAVY_S is one unit: its fixture runs once
+    light = []
+    for item in items:
+        name = max((n for n in HEAVY_S if item.nodeid.startswith(n)), key=HEAVY_S.get, default=None)
+        if name is None:
+            light.append(item)
+        else:
+            units.setdefault(name if "::" not in name else item.nodeid, []).append(item)
+    weight = {key: _heavy_s(group[0].nodeid) for key, group in units.items()}
+    halves: list[list] = [[], []]
+    load = [0, 0]
+    for key in sorted(units, key=lambda k: -weight[k]):  # stable
+        h = 0 if load[0] <= load[1] else 1
+        halves[h] += units[key]
+        load[h] += weight[key]
+    cut = max(0, len(items) // 2 - len(halves[0]))
+    items[:] = halves[0] + light[:cut] + halves[1] + light[cut:]
