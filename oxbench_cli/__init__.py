@@ -595,7 +595,9 @@ def _report_and_say(directory: Path) -> None:
     except (ValueError, OSError) as exc:
         err_console.print(tagged("warning", "yellow", f"no report: {exc}"), soft_wrap=True)
         return
-    out_console.print(f"report: {path}  (open it: python -m webbrowser -t file://{path.resolve()})")
+    out_console.print(
+        f"report: {path}  (open it: python -m webbrowser -t file://{path.resolve()})", soft_wrap=True
+    )
 
 
 def _write_report(directory: Path, baseline: str = "dpo", strict: bool = False) -> Path:
