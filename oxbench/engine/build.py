@@ -21,7 +21,7 @@ from oxbench.engine.batches import encode_examples
 from oxbench.engine.collapse import CollapseDetector
 from oxbench.engine.learner import Learner
 from oxbench.engine.loop import Loop, TrainResult
-from oxbench.engine.model import build_engine, full_state_dict, lm_state, online_policy
+from oxbench.engine.model import build_engine, online_policy, policy_weights
 from oxbench.engine.reference import LiveReference
 from oxbench.engine.rollout import RolloutWorker, vllm_options
 from oxbench.engine.sources import DatasetSource, Rounds, make_source
@@ -101,7 +101,7 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
                       max_len=worker.max_len, max_new_tokens=o.max_new_tokens, micro_batches=micro, run=run,
                       diagnostic_is_cap=o.diagnostic_is_cap, ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base,
                       share_prompt=paths["online.share_prompt"])  # fmt: skip
-    rounds = Rounds(online=o, prompts=prompts, worker=worker, weights=lambda: lm_state(full_state_dict(engine)),
+    rounds = Rounds(online=o, prompts=prompts, worker=worker, weights=lambda: policy_weights(engine),
                     reward_fn=reward_fn, sampling_seed=seeds["sampling"], data_seed=seeds["data"])  # fmt: skip
     source = make_source(rounds, backend=paths["online.backend"], live_ref=live_ref,
                          per_iteration=rounds_per_iteration(spec, len(prompts), cfg))  # fmt: skip

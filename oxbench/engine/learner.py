@@ -32,7 +32,7 @@ from losses import LossInputs, LossSpec
 from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
-from oxbench.engine.model import full_state_dict, lm_state
+from oxbench.engine.model import policy_weights
 from oxbench.engine.rollout import Rollout, collate_rollouts
 from oxbench.text.batching import encode_pair, forward, logps_from_output
 from oxbench.text.formatting import format_completion, format_prompt
@@ -191,7 +191,7 @@ class Learner:
             return
         alpha = self.spec.reference_update(version, **self.hparams)
         if alpha is not None:
-            self.live_ref.refresh(lm_state(full_state_dict(self.engine)), alpha)
+            self.live_ref.refresh(policy_weights(self.engine), alpha)
 
     @property
     def split(self) -> bool:

@@ -25,7 +25,7 @@ import torch
 from oxbench.engine import checkpoint as C
 from oxbench.engine import distributed as D
 from oxbench.engine.learner import Learner, NonFiniteLoss
-from oxbench.engine.model import full_state_dict, lm_state
+from oxbench.engine.model import policy_weights
 from oxbench.engine.sources import Batch, Source
 from oxbench.utils import progress
 
@@ -81,7 +81,7 @@ class Loop:
         self.engine = self.learner.engine
 
     def weights(self) -> dict:
-        return lm_state(full_state_dict(self.engine))
+        return policy_weights(self.engine)
 
     def run_all(self) -> TrainResult:
         """Resume from the latest checkpoint if there is one, then train to the source's end."""

@@ -120,6 +120,12 @@ def lm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
+def policy_weights(engine) -> dict[str, torch.Tensor]:
+    """The bare LM's full weights (no value head) on every rank: what a rollout copy, a reference or an
+    evaluation loads (a collective under ZeRO-3)."""
+    return lm_state(full_state_dict(engine))
+
+
 def online_policy(spec: LossSpec, hparams: dict, model, init_seed: int):
     """``(model, lm, live_ref)`` for an online run: the policy (with a value head, seeded, when the spec
     needs one), its bare LM, and a frozen reference copy when the run uses one (else None)."""

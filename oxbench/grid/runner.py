@@ -26,7 +26,7 @@ from oxbench.engine.build import train_offline, train_online
 from oxbench.engine.checkpoint import Checkpointer, Preempted
 from oxbench.engine.curves import Curve
 from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
-from oxbench.engine.model import full_state_dict, lm_state
+from oxbench.engine.model import policy_weights
 from oxbench.engine.plan import RunPlan, resolve
 from oxbench.eval.evaluate import eval_backend, evaluate
 from oxbench.grid.record import RunRecord, arm_label
@@ -328,7 +328,7 @@ class _Cell:
         rec.compute, rec.collapse = res.compute or None, res.collapse
         rec.paths = {**res.paths, "eval.backend": eval_backend(cfg, model)}
         t_eval = time.time()
-        state = lm_state(full_state_dict(engine))
+        state = policy_weights(engine)
         if D.is_main():
             self._evaluate(state, base_path, base_key, tok, res)
         rec.timing = {"data_s": round(t_train - t_data, 1), "train_s": round(t_eval - t_train, 1),
