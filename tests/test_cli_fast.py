@@ -110,3 +110,16 @@ def test_the_probe_sees_torch_when_the_command_imports_it():
     """The check can fail: ``losses check`` loads a loss (and torch) to run its contract."""
     code, heavy, err = probe("losses", "check", "sft", "--fast")
     assert code == 0 and "torch" in heavy, err
+
+
+def test_a_rank_imports_deepspeed_without_mlflow_and_mlflow_still_imports():
+    """Every cell and rank imports DeepSpeed, whose autotuner imports mlflow at import time (about 1 s,
+    when the ``track`` extra is installed) to log autotuning runs oxbench never makes.
+    ``import_deepspeed`` skips that import; live tracking can still import mlflow afterwards."""
+    code = (
+        "import sys; from oxbench.engine.distributed import import_deepspeed; import_deepspeed(); "
+        "print('mlflow' in sys.modules); import deepspeed.autotuning.autotuner as a; print(a.has_mlflow); "
+        "import importlib.util; print(importlib.util.find_spec('mlflow') is None or bool(__import__('mlflow')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split()[-3:] == ["False", "False", "True"], out.stdout[-2000:] + out.stderr[-2000:]

@@ -27,6 +27,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def import_deepspeed():
+    """``import deepspeed`` without the ``import mlflow`` its autotuner makes at import time: about 1 s of
+    every rank's and cell's start-up when mlflow is installed (the ``track`` extra), for autotuning,
+    which oxbench never runs (the autotuner then records ``has_mlflow = False``). Later imports of
+    mlflow (live tracking) are untouched."""
+    if "deepspeed" not in sys.modules and "mlflow" not in sys.modules:
+        sys.modules["mlflow"] = None  # type: ignore[assignment]  # "import mlflow" raises ImportError
+        try:
+            import deepspeed
+        finally:
+            del sys.modules["mlflow"]
+    import deepspeed
+
+    return deepspeed
+
+
 def init_distributed(timeout_s: float | None = None) -> None:
     """Join (or make) the process group. ``timeout_s``: the longest a collective waits for its peers
     (``faults.collective_timeout_s``); past it the collective raises instead of hanging."""
@@ -36,8 +52,7 @@ def init_distributed(timeout_s: float | None = None) -> None:
         os.environ.update(
             RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
         )
-    import deepspeed
-
+    deepspeed = import_deepspeed()
     _skip_shm_op()
     extra = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
     deepspeed.init_distributed(

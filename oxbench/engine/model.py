@@ -68,8 +68,7 @@ def warmup_cosine(
 
 def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None = None):
     """DeepSpeed engine; ``grad_accum``: micro-batches per optimiser step (default ``train.grad_accum``)."""
-    import deepspeed
-
+    deepspeed = D.import_deepspeed()
     placement.place(model)  # DeepSpeed would move it too; the frozen copies made from it follow the rank
     t = cfg.train
     accum = t.grad_accum if grad_accum is None else grad_accum
@@ -105,8 +104,7 @@ def full_state_dict(engine) -> dict[str, torch.Tensor]:
     """The policy's full weights on every rank (gathered under ZeRO-3), detached CPU copies."""
     module = engine.module
     if engine.zero_optimization_stage() == 3:
-        import deepspeed
-
+        deepspeed = D.import_deepspeed()
         params = list(module.parameters())
         with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
             return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
