@@ -387,7 +387,7 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
         if executor == "local":
 
             def on_prepared(cfg, seconds, err):
-                from oxbench.grid.runner import shared_label
+                from oxbench.grid.shared import shared_label
 
                 if err:  # the cells that need it fail with the full error; keep going
                     bar.console.print(tagged("warning", "yellow", err))

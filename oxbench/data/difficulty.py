@@ -18,10 +18,11 @@ from pathlib import Path
 
 from oxbench.config import SUBSETS, RunConfig
 from oxbench.tasks.grading import is_correct
-from oxbench.text import decode
 from oxbench.text.formatting import format_prompt
-from oxbench.text.generation import sample
 from oxbench.utils import cache_root, content_hash, progress, write_json_atomic
+
+# (the decoder is imported where it samples: the grid process reads settings() and difficulty_path()
+# to know what its cells share, and imports no torch)
 
 
 class SubsetError(ValueError):
@@ -54,6 +55,9 @@ def measure(
     path = difficulty_path(cfg, base_key)
     if path.exists():
         return json.loads(path.read_text())["correct"]
+    from oxbench.text import decode
+    from oxbench.text.generation import sample
+
     s = settings(cfg)
     backend = "lean" if decode.supports(model) else "hf"
     per_batch = max(1, 256 // s["k"])

@@ -259,7 +259,7 @@ def _prepare_one(c: RunConfig, out: Path, workers: int) -> tuple[float, str | No
 def _shared_groups(cells: list[RunConfig]) -> dict[str, list[RunConfig]]:
     """One representative cell per distinct shared key, grouped by base model (file order): a
     group's keys run in order (pre-training, then the self-play data that needs it)."""
-    from oxbench.grid.runner import shared_key
+    from oxbench.grid.shared import shared_key
 
     reps: dict[str, RunConfig] = {}
     for c in cells:
@@ -339,7 +339,7 @@ class _LocalPool:
             self.idle.put(w)
 
     def prepare(self, group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
-        from oxbench.grid.runner import is_prepared
+        from oxbench.grid.shared import is_prepared
 
         # preparations run side by side only with each other (cells wait for theirs): share the cores
         # among them (a lone base model pre-trains on every core; its weights are the same either way)

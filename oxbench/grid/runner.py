@@ -31,6 +31,7 @@ from oxbench.engine.plan import RunPlan, resolve
 from oxbench.eval.evaluate import eval_backend, evaluate
 from oxbench.grid.record import RunRecord, arm_label
 from oxbench.grid.runs import MetricsLog, git_sha, packages, run_dir, write_record
+from oxbench.grid.shared import prepared_marker
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import load_task_split
 from oxbench.tasks.grading import is_correct
@@ -46,28 +47,6 @@ def _on_main_first(fn):
         return result
     D.barrier()
     return fn()
-
-
-def shared_key(cfg: RunConfig) -> str:
-    """What a cell shares with other cells: its base model and (if any) its self-play data."""
-    caps = resolve(cfg).caps
-    parts = {
-        "model": cfg.model.name,
-        "pretrain": cfg.model.pretrain.hash_view(),
-        "task": cfg.task.hash_view(),
-    }
-    if caps.self_play_data:
-        parts |= {"data": cfg.data.hash_view(), "sampling": cfg.seeds()["sampling"]}
-    if cfg.data.subset is not None and caps.online:  # every subset of one pool shares its measurement
-        parts |= {"difficulty": difficulty.settings(cfg)}
-    return content_hash(parts)
-
-
-def shared_label(cfg: RunConfig) -> str:
-    """What :func:`shared_key` stands for, in words, for progress lines."""
-    if resolve(cfg).caps.self_play_data:
-        return f"{cfg.model.name}: base model + self-play data (sampling seed {cfg.seeds()['sampling']})"
-    return f"{cfg.model.name}: base model"
 
 
 def _base_eval_path(cfg: RunConfig, base_key: dict) -> Path:
@@ -115,7 +94,7 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
 def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
     """Pre-train the base model and generate the self-play data a cell needs, into the cache.
 
-    The grid runs this once per distinct :func:`shared_key` before its cells, so parallel
+    The grid runs this once per distinct :func:`~oxbench.grid.shared.shared_key` before its cells, so parallel
     cells never duplicate (or race on) the shared work.
     """
     plan = resolve(cfg)
@@ -132,23 +111,7 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
             model, tok, online_prompts(cfg) + validation_pool(cfg), cfg, base_key, verbose=verbose
         )
         made.append(difficulty.difficulty_path(cfg, base_key))
-    write_json_atomic(_prepared_marker(cfg), {"paths": [str(p) for p in made]})
-
-
-def _prepared_marker(cfg: RunConfig) -> Path:
-    key = content_hash({"shared": shared_key(cfg), "eval": cfg.eval.hash_view(), "seed": cfg.seeds()["eval"]})
-    return cache_root() / "prepared" / f"{key}.json"
-
-
-def is_prepared(cfg: RunConfig) -> bool:
-    """Whether :func:`prepare_shared` has run for ``cfg``'s shared key and everything it made is still
-    in the cache (then the grid skips the preparation process). A stale answer costs nothing worse
-    than the cell preparing for itself."""
-    try:
-        paths = json.loads(_prepared_marker(cfg).read_text())["paths"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return all(Path(p).exists() for p in paths)
+    write_json_atomic(prepared_marker(cfg), {"paths": [str(p) for p in made]})
 
 
 def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) -> tuple[list[dict], dict]:
