@@ -1,14 +1,17 @@
 """One learner step per online loss on a fixed rollout batch; saves the averaged gradients and the
 parameters after two steps (run by test_online_invariance.py, under torchrun or not).
 
-usage: online_invariance_worker.py MODEL_DIR PROMPTS_PER_MICRO OUT.pt METHOD [METHOD ...]
+usage: online_invariance_worker.py MODEL_DIR OUT_DIR WAYS METHOD [METHOD ...]
+
+WAYS: comma-separated ``NAME:PROMPTS_PER_MICRO:SHARE``, each saved to OUT_DIR/NAME.pt; one process (or
+one torchrun launch) runs them all, so the suite pays its start-up once, not once per way.
 
 Every rank builds the same batch: 4 prompts x 4 rollouts sampled from the initial model with a
 fixed seed, rewarded by length parity, behaviour log-probs perturbed by a fixed noise so that the
 ratios are not 1 and the clipping is exercised. Rank r takes prompts [2r, 2r+2) at world size 2,
-all 4 at world size 1; PROMPTS_PER_MICRO sets the micro-batch (4: the batch unsplit). With
-SHARE_PROMPT=1 in the environment the learner runs ``online.share_prompt`` (methods with a value head
-are skipped: the setting refuses them).
+all 4 at world size 1; PROMPTS_PER_MICRO sets the micro-batch (4: the batch unsplit). With SHARE 1
+the learner runs ``online.share_prompt`` (methods with a value head are skipped: the setting refuses
+them).
 """
 
 from __future__ import annotations
@@ -31,8 +34,6 @@ from oxbench.models.loading import load_model
 PROMPTS, N = 4, 4
 OVERRIDES = {"rloo": {"normalize_advantages": True}, "grpo": {"beta": 0.04}}
 
-
-SHARE = os.environ.get("SHARE_PROMPT") == "1"  # the learner runs online.share_prompt
 REWARDS = [1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0]  # group 1 flat: DAPO drops it
 
 
@@ -57,7 +58,7 @@ def fixed_batch(model, tok) -> list:
     return batch
 
 
-def run_method(model_dir: str, method: str, per_micro: int) -> dict:
+def run_method(model_dir: str, method: str, per_micro: int, share: bool) -> dict:
     spec = losses.get(method)
     hparams = spec.resolve_hparams(OVERRIDES.get(method))
     ws, rk = D.world_size(), D.rank()
@@ -72,7 +73,7 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
     model, _, live_ref = tr.online_policy(spec, hparams, model, 0)
     micro = micro_batches_per_rank(PROMPTS, per_micro, ws, method)
     engine = tr.build_engine(model, cfg, 2, grad_accum=micro)
-    learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method, share_prompt=SHARE)
+    learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method, share_prompt=share)
     grads = []
     real = learner_mod.grad_norm
 
@@ -95,13 +96,15 @@ def run_method(model_dir: str, method: str, per_micro: int) -> dict:
     return {"grads": grads, "params": params, "loss": [m["loss"] for m in metrics]}
 
 
-def main(model_dir, per_micro, out, *methods):
+def main(model_dir, out_dir, ways, *methods):
     D.init_distributed()
-    if SHARE:
-        methods = [m for m in methods if not losses.get(m).needs_value_model]
-    result = {m: run_method(model_dir, m, int(per_micro)) for m in methods}
-    if D.is_main():
-        torch.save({"world": D.world_size(), **result}, out)
+    for way in ways.split(","):
+        name, per_micro, share = way.split(":")
+        share = share == "1"
+        chosen = [m for m in methods if not (share and losses.get(m).needs_value_model)]
+        result = {m: run_method(model_dir, m, int(per_micro), share) for m in chosen}
+        if D.is_main():
+            torch.save({"world": D.world_size(), **result}, os.path.join(out_dir, f"{name}.pt"))
     D.shutdown()
 
 

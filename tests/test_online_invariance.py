@@ -27,34 +27,36 @@ HERE = Path(__file__).parent
 METHODS = ["sgrpo", "grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo"]
 
 
-def run(tmp_path, model_dir, per_micro: int, nproc: int = 1, share: bool = False) -> dict:
-    out = tmp_path / f"inv-m{per_micro}-n{nproc}-s{int(share)}.pt"
-    args = [str(HERE / "online_invariance_worker.py"), model_dir, str(per_micro), str(out), *METHODS]
+def run(tmp_path, model_dir, ways: dict[str, tuple[int, bool]], nproc: int = 1) -> dict:
+    """Each way ``name: (prompts per micro-batch, shared-prompt forward)`` in one launch of the worker."""
+    spec = ",".join(f"{name}:{per_micro}:{int(share)}" for name, (per_micro, share) in ways.items())
+    args = [str(HERE / "online_invariance_worker.py"), model_dir, str(tmp_path), spec, *METHODS]
     launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone"]
     cmd = [*(launcher if nproc > 1 else [sys.executable]), *args]
     env = {
         **os.environ,
         "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "OMP_NUM_THREADS": "1",
-        "SHARE_PROMPT": "1" if share else "0",
     }
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return torch.load(out)
+    return {name: torch.load(tmp_path / f"{name}.pt") for name in ways}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, micro_model_dir):
+    """The five ways in two launches, side by side: one process for the three on one rank, one torchrun
+    for the two on two ranks."""
+    from concurrent.futures import ThreadPoolExecutor
+
     tmp = tmp_path_factory.mktemp("online_invariance")
-    return {
-        "whole": run(tmp, micro_model_dir, per_micro=4),
-        "accum2": run(tmp, micro_model_dir, per_micro=2),
-        "ranks2": run(tmp, micro_model_dir, per_micro=2, nproc=2),
-        "share": run(tmp, micro_model_dir, per_micro=4, share=True),
-        "share-ranks2": run(tmp, micro_model_dir, per_micro=2, nproc=2, share=True),
-    }
+    one = {"whole": (4, False), "accum2": (2, False), "share": (4, True)}
+    two = {"ranks2": (2, False), "share-ranks2": (2, True)}
+    with ThreadPoolExecutor(2) as pool:
+        lanes = [pool.submit(run, tmp, micro_model_dir, one), pool.submit(run, tmp, micro_model_dir, two, 2)]
+        return {**lanes[0].result(), **lanes[1].result()}
 
 
 def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
