@@ -1,7 +1,9 @@
 """Evaluation in fewer, larger calls (issue 26.3): time and outcomes of the evaluator's decoding at
 several batch sizes, side by side in one process, on the quickstart's shipped tiny-s base.
 
-    python benchmarks/eval_batching.py [--recipe recipes/quickstart.yaml] [--repeats 2]
+    python benchmarks/eval_batching.py [--recipe recipes/quickstart.yaml] [--repeats 2] [--sizes 128,auto]
+
+``auto`` is ``eval.batch_size: null``, the default: the memory rule's sequences per call.
 
 Greedy (the test split): the same ``n_test`` prompts at each ``eval.batch_size``; prints the seconds
 (median of the repeats, the sizes interleaved so load drifts hit each alike) and how many completions
@@ -20,7 +22,7 @@ import time
 import torch
 
 from oxbench.config import RunConfig
-from oxbench.eval.evaluate import greedy_completions, sampled_metrics, test_rows
+from oxbench.eval.evaluate import eval_batch_size, greedy_completions, sampled_metrics, test_rows
 from oxbench.grid.spec import expand, load_grid
 from oxbench.models.loading import base_model_path, load_model
 
@@ -39,17 +41,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipe", default="recipes/quickstart.yaml")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--sizes", default="64,128,512,2048")
+    ap.add_argument("--sizes", default="128,auto", help="comma-separated; auto: eval.batch_size null")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     cfg = _cfg(args.recipe)
     path, _ = base_model_path(cfg)
     model, tok = load_model(path, cfg, init_seed=0)
     rows = test_rows(cfg)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    times: dict[tuple[str, int], list[float]] = {}
-    greedy: dict[int, list[str]] = {}
-    avg: dict[int, float] = {}
+    sizes = [None if s == "auto" else int(s) for s in args.sizes.split(",")]
+    times: dict[tuple[str, int | None], list[float]] = {}
+    greedy: dict[int | None, list[str]] = {}
+    avg: dict[int | None, float] = {}
     for _ in range(args.repeats):
         for b in sizes:
             c = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"batch_size": b})})
@@ -71,7 +73,7 @@ def main() -> None:
         g, s = statistics.median(times[("greedy", b)]), statistics.median(times[("sampled", b)])
         diff = sum(x != y for x, y in zip(greedy[b], greedy[base]))
         print(
-            f"| {b} | {g:.2f} | {g0 / g:.2f}x | {diff} of {len(rows)} | {s:.2f} | {s0 / s:.2f}x | {avg[b]:.4f} |"
+            f"| {b or f'auto ({eval_batch_size(cfg, model)})'} | {g:.2f} | {g0 / g:.2f}x | {diff} of {len(rows)} | {s:.2f} | {s0 / s:.2f}x | {avg[b]:.4f} |"
         )
 
 

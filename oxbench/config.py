@@ -152,6 +152,28 @@ class LoraConfig(Strict):
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
+# arith's knobs below which it has no problems: field -> (lowest, what the error says arith needs)
+ARITH_LEAST = {"n_ops": (1, "at least 1 operation per problem"), "max_operand": (2, "max_operand >= 2")}
+
+
+def arith_has_problems(v: int, info) -> int:
+    least, needs = ARITH_LEAST[info.field_name]
+    if v < least:
+        raise ValueError(f"arith needs {needs}, got {v} (no problems)")
+    return v
+
+
+class PretrainTask(Strict):
+    """The arith task a base was pre-trained on when it is not the run's (``model.pretrain.task``)."""
+
+    n_ops: int = 2
+    max_operand: int = 40
+
+    _some_problems = field_validator("n_ops", "max_operand")(
+        classmethod(lambda cls, v, info: arith_has_problems(v, info))
+    )
+
+
 class PretrainSettings(Strict):
     """Budget of the from-scratch pre-training of a built-in tiny model (ignored for HF models)."""
 
@@ -170,6 +192,10 @@ class PretrainSettings(Strict):
     # general-domain families of oxbench.tasks.general (order, next, reverse) and ``hard`` (the task
     # with more operations, the MATH analogue), so the base has skill the lm-eval tasks can measure
     mixture: dict[str, float] | None = added(None)
+    # the arith task pre-training drew from when it is not the run's (None: the run's task): a run on
+    # larger operands or longer chains than its base saw has headroom in skill, not format (the skill
+    # testbed, recipes/testbed_skill.yaml). The run's task must then be arith too.
+    task: PretrainTask | None = added(None)
 
     @field_validator("mixture")
     @classmethod
@@ -235,10 +261,6 @@ class ModelConfig(Strict):
         return self
 
 
-# arith's knobs below which it has no problems: field -> (lowest, what the error says arith needs)
-ARITH_LEAST = {"n_ops": (1, "at least 1 operation per problem"), "max_operand": (2, "max_operand >= 2")}
-
-
 class TaskConfig(Strict):
     name: Literal["arith", "gsm8k"] = "arith"
     n_ops: int = renamed(2, "steps", "n_ops")  # arith: operations per problem
@@ -247,13 +269,9 @@ class TaskConfig(Strict):
     test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
 
-    @field_validator("n_ops", "max_operand")
-    @classmethod
-    def _some_problems(cls, v, info):
-        least, needs = ARITH_LEAST[info.field_name]
-        if v < least:
-            raise ValueError(f"arith needs {needs}, got {v} (no problems)")
-        return v
+    _some_problems = field_validator("n_ops", "max_operand")(
+        classmethod(lambda cls, v, info: arith_has_problems(v, info))
+    )
 
     @model_validator(mode="after")
     def _gsm8k_needs_path(self):
@@ -537,7 +555,13 @@ class EvalConfig(Strict):
     n_samples: int = 8  # samples drawn per problem (>= k) for the unbiased estimators
     n_sampled: int = 100  # problems used for the sampled metrics
     temperature: float = 1.0
-    batch_size: int = 128
+    # sequences per generation call; None: as many as the memory rule allows
+    # (oxbench.eval.evaluate.eval_sequences: KV cache and one step's logits in EVAL_BUDGET, at most
+    # EVAL_MAX_SEQS), so a tiny model evaluates in one or a few calls. Greedy completions are the same
+    # at every size (the lean decoder's and HF's greedy ids do not depend on the batch); sampled ones
+    # are other draws from the same distribution (each call has its own seeded stream). The default was
+    # 128 until 2026-12-05; the committed recipes pin it (always part of the run_id, as before).
+    batch_size: int | None = None
     # learning curves (online): every ``every`` rollouts, the policy on ``n_val`` validation problems
     # (disjoint from the RL prompts and the test split): greedy strict/verified, avg/best/worst@k
     every: int | None = added(None)
@@ -612,6 +636,8 @@ class RunConfig(Strict):
     def _resolve(self):
         """Resolve ``train.lr_scaling`` into ``train.lr`` and check ``eval.every`` against the run."""
         o, t = self.online, self.train
+        if self.model.pretrain.task is not None and self.task.name != "arith":
+            raise ValueError(f"model.pretrain.task needs an arith run task, not {self.task.name!r}")
         if t.lr_scaling.rule == "none" and self.eval.every is None:
             return self  # (no loss registry import: one-line errors stay fast)
         online = _is_online(self.method)

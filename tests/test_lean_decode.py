@@ -161,3 +161,29 @@ def test_lean_is_the_default_and_pinning_hf_keeps_the_old_run_ids():
     assert "backend" not in pinned.identity()["online"] and "backend" not in pinned.identity()["eval"]
     assert "share_prompt" not in pinned.identity()["online"]
     assert RunConfig(method="sgrpo").run_id() != pinned.run_id()
+
+
+def test_evaluation_batches_by_the_memory_rule_and_greedy_does_not_depend_on_it():
+    """``eval.batch_size: null`` (the default since issue 26.3): as many sequences per call as the KV cache
+    and one step's logits fit in EVAL_BUDGET, at most EVAL_MAX_SEQS. The greedy completions are those
+    of the old default (128 sequences a call) and of a batch of 2, to the character."""
+    from types import SimpleNamespace
+
+    from oxbench.eval.evaluate import EVAL_MAX_SEQS, eval_batch_size, eval_sequences, greedy_completions
+
+    qwen7b = SimpleNamespace(num_attention_heads=28, num_key_value_heads=4, hidden_size=3584,
+                             num_hidden_layers=28, vocab_size=152064)  # fmt: skip
+
+    assert RunConfig().eval.batch_size is None and RunConfig(eval={"batch_size": 128}).eval.batch_size == 128
+    assert "batch_size" in RunConfig().identity()["eval"]  # a pre-existing setting: always in the run_id
+    assert eval_sequences(qwen7b, 512, "bf16") == 71  # 28.6 MiB of KV and logits a sequence in 2 GiB
+    assert eval_sequences(qwen7b, 512, "bf16", budget=1) == 1
+    model, tok = tiny_m()
+    assert eval_batch_size(RunConfig(), model) == EVAL_MAX_SEQS == 1024  # a tiny model: the cap
+    assert eval_sequences(model.config, 304, "fp32") == EVAL_MAX_SEQS
+    rows = [{"question": f"{a} + {b}?"} for a in range(6) for b in range(5)]
+    outs = [
+        greedy_completions(model, tok, rows, RunConfig(eval={"batch_size": size, "max_new_tokens": 12}), None)
+        for size in (None, 128, 2)
+    ]
+    assert outs[0] == outs[1] == outs[2] and len(set(outs[0])) > 1

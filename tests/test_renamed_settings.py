@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from oxbench.config import RunConfig, format_validation_error
-from oxbench.grid import runner
 from oxbench.grid.record import RunRecord
+from oxbench.grid.shared import shared_key
 from oxbench.grid.spec import expand, load_grid
 from oxbench.models.pretrain import PretrainConfig
 
@@ -26,15 +26,18 @@ BEFORE = {
 
 
 def _old_paths(c: RunConfig) -> RunConfig:
-    """A cell with the rollout and evaluation paths the quickstart ran on before the fast defaults."""
+    """A cell with the rollout and evaluation paths (and evaluation batch) the quickstart ran on before the
+    fast defaults."""
     online = c.online.model_copy(update={"backend": "hf", "share_prompt": False})
-    return c.model_copy(update={"online": online, "eval": c.eval.model_copy(update={"backend": "hf"})})
+    return c.model_copy(
+        update={"online": online, "eval": c.eval.model_copy(update={"backend": "hf", "batch_size": 128})}
+    )
 
 
 def test_run_ids_and_shared_keys_are_unchanged_by_the_rename():
     cells = {(c.grid, c.method, c.seed): c for c in expand(load_grid(ROOT / "recipes/quickstart.yaml"))}
     for key, (run_id, shared) in BEFORE.items():
-        assert _old_paths(cells[key]).run_id() == run_id and runner.shared_key(cells[key]) == shared
+        assert _old_paths(cells[key]).run_id() == run_id and shared_key(cells[key]) == shared
 
 
 def test_old_and_new_spellings_are_one_config():

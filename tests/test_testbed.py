@@ -98,6 +98,38 @@ def test_gold_format_bases_keep_their_cache_key_and_styles_change_it():
     assert styled.key() != "8af21e12fd15"
 
 
+def test_a_base_pretrained_on_another_task_is_found_by_that_tasks_key():
+    """``model.pretrain.task``: a run on larger operands than its base saw uses the base pre-trained on
+    the smaller ones (the same pre-training key), and only arith runs can ask for it."""
+    from oxbench.models.loading import pretrain_config
+
+    budget = {
+        "updates": 800,
+        "batch_size": 96,
+        "n_examples": 20000,
+        "answer_styles": {"gsm8k": 0.3, "sentence": 0.7},
+    }
+    seen = RunConfig.model_validate({"model": {"name": "tiny-m", "pretrain": budget}})
+    wider = RunConfig.model_validate(
+        {"model": {"name": "tiny-m", "pretrain": {**budget, "task": {"n_ops": 2, "max_operand": 40}}},
+         "task": {"max_operand": 60}}
+    )  # fmt: skip
+    assert pretrain_config(wider).key() == pretrain_config(seen).key() == "f7a51d4e46e3"  # the shipped tiny-m
+    assert (
+        pretrain_config(
+            RunConfig.model_validate({**wider.model_dump(), "model": seen.model_dump()["model"]})
+        ).key()
+        != "f7a51d4e46e3"
+    )
+    assert "task" not in seen.model.pretrain.hash_view()  # unset: run_ids as before the setting existed
+    with pytest.raises(ValidationError, match="model.pretrain.task needs an arith run task"):
+        RunConfig.model_validate(
+            {"model": {"pretrain": {"task": {}}}, "task": {"name": "gsm8k", "path": "x"}}
+        )
+    with pytest.raises(ValidationError, match="max_operand >= 2"):
+        PretrainSettings(task={"max_operand": 1})
+
+
 def test_styled_rows_follow_the_shares_and_are_seeded():
     rows = arith.generate("train", 2000, distinct=False)
     out = styled_rows(rows, {"gsm8k": 0.3, "sentence": 0.7}, seed=1)

@@ -57,8 +57,31 @@ def eval_backend(cfg: RunConfig, model) -> str:
     return decode.backend_for(cfg.eval.backend, model)
 
 
+EVAL_BUDGET = 2 * 2**30  # bytes of KV cache and per-step logits one evaluation call may hold
+EVAL_MAX_SEQS = 1024  # beyond this, a call gains little and pads more
+
+
+def eval_sequences(config, seq_len: int, dtype: str, budget: int = EVAL_BUDGET) -> int:
+    """Sequences per evaluation call (``eval.batch_size: null``) for a model of Hugging Face ``config``:
+    each holds its KV cache for ``seq_len`` tokens (prompt + new, padded) and one step's fp32 logits;
+    at most :data:`EVAL_MAX_SEQS`."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv = 2 * config.num_hidden_layers * kv_heads * head_dim * (2 if dtype == "bf16" else 4) * seq_len
+    return max(1, min(EVAL_MAX_SEQS, budget // (kv + config.vocab_size * 4)))
+
+
+def eval_batch_size(cfg: RunConfig, model) -> int:
+    """Sequences per generation call: ``eval.batch_size``, or the memory rule's number when it is None."""
+    if cfg.eval.batch_size is not None:
+        return cfg.eval.batch_size
+    seq_len = cfg.data.max_len + cfg.eval.max_new_tokens  # the padded worst case of prompt + completion
+    return eval_sequences(model.config, seq_len, cfg.model.dtype)
+
+
 def greedy_completions(model, tokenizer, rows: list[dict], cfg: RunConfig, progress: str | None) -> list[str]:
-    """One greedy completion per row (``eval.max_new_tokens``, ``eval.batch_size``, the evaluation's
+    """One greedy completion per row (``eval.max_new_tokens``, :func:`eval_batch_size`, the evaluation's
     decoder); ``progress`` labels the progress lines (None: silent)."""
     return [
         o[0]
@@ -67,7 +90,7 @@ def greedy_completions(model, tokenizer, rows: list[dict], cfg: RunConfig, progr
             tokenizer,
             [format_prompt(tokenizer, r["question"]) for r in rows],
             max_new_tokens=cfg.eval.max_new_tokens,
-            batch_size=cfg.eval.batch_size,
+            batch_size=eval_batch_size(cfg, model),
             progress_label=progress,
             backend=eval_backend(cfg, model),
         )
@@ -186,7 +209,7 @@ def sampled_metrics(
         max_new_tokens=e.max_new_tokens,
         temperature=e.temperature,
         num_return_sequences=n,
-        batch_size=max(1, e.batch_size // n),
+        batch_size=max(1, eval_batch_size(cfg, model) // n),
         generator_seed=seed,
         progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
         backend=eval_backend(cfg, model),

@@ -34,7 +34,9 @@ def pretrain_config(cfg: RunConfig):
 
     p = cfg.model.pretrain
     task = {"name": cfg.task.name, "n_ops": cfg.task.n_ops, "max_operand": cfg.task.max_operand}
-    if cfg.task.name != "arith":
+    if p.task is not None:  # a base pre-trained on another arith task than the run's
+        task = {"name": "arith", "n_ops": p.task.n_ops, "max_operand": p.task.max_operand}
+    elif cfg.task.name != "arith":
         task["path"] = cfg.task.path
     return PretrainConfig(scale=cfg.model.name, updates=p.updates, batch_size=p.batch_size, lr=p.lr,
                           n_examples=p.n_examples, seed=p.seed, task=task, answer_styles=p.answer_styles,
