@@ -48,12 +48,12 @@ def finished(cfg: RunConfig, accuracy: float, scale_params: int = 1_000_000) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-OLD_PATHS = {"online": {"backend": "hf", "share_prompt": False}, "eval": {"backend": "hf"}}
+OLD_PATHS = {"online": {"backend": "hf", "share_prompt": False}, "eval": {"backend": "hf", "batch_size": 128}}
 
 
 def test_default_run_id_is_unchanged_by_arm_keys():
-    """DEFAULT_RUN_ID is the default config's run_id from before the fast paths became the defaults:
-    pinning their old values gives it back (and arm_keys never enter it)."""
+    """DEFAULT_RUN_ID is the default config's run_id from before the fast paths (and evaluation batched
+    by memory) became the defaults: pinning their old values gives it back (and arm_keys never enter it)."""
     assert RunConfig(**OLD_PATHS).run_id() == DEFAULT_RUN_ID != RunConfig().run_id()
     assert RunConfig(arm_keys=["train.lr", "online.n"], **OLD_PATHS).run_id() == DEFAULT_RUN_ID
     assert RunConfig(arm_keys=["train.lr"]).identity() == RunConfig().identity()
