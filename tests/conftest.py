@@ -44,7 +44,8 @@ def micro_model_dir(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ scheduling under pytest-xdist
-# The README's command runs the suite on two workers (``-n 2 --dist worksteal``). Four fifths of its time is ~35
+# The README's command runs the suite on two workers (``-n 2 --dist worksteal``; four were slower, docs/tests.md),
+# and the order below serves any number. Four fifths of its time is ~35
 # process-level tests (fault soaks, rank faults, executors, pre-emption); started last, one of them
 # leaves a worker running alone for minutes. So the heaviest start first (longest first, the classic
 # schedule). (``--dist loadgroup`` would keep a module with a costly module fixture on one worker, but
@@ -89,12 +90,20 @@ def _heavy_s(nodeid: str) -> int:
     return max((s for name, s in HEAVY_S.items() if nodeid.startswith(name)), default=0)
 
 
+def _workers(config) -> int:
+    """The number of pytest-xdist workers (1 without xdist)."""
+    if hasattr(config, "workerinput"):  # in a worker: what the controller started
+        return int(config.workerinput.get("workercount", 1))
+    n = getattr(config.option, "numprocesses", None)
+    return n if isinstance(n, int) and n > 0 else 1
+
+
 def pytest_collection_modifyitems(config, items):
-    """Ordered for ``--dist worksteal`` on two workers, which hands each worker one half of the list and
-    lets an idle worker take the tail of the other's queue: the heavy tests are dealt between the two
-    halves (each to the half with less so far, longest first) and start each half; the rest keep their
-    order. A module's tests with one weight (a shared module fixture) stay together. Run one at a
-    time, the order does not matter."""
+    """Ordered for ``--dist worksteal`` on W workers, which hands each worker one W-th of the list and
+    lets an idle worker take the tail of another's queue: the heavy tests are dealt between the W parts
+    (each to the part with least so far, longest first) and start each part; the light tests fill the
+    parts to equal length in their order. A module's tests with one weight (a shared module fixture) stay
+    together. Run one at a time, the order does not matter."""
     units: dict[str, list] = {}  # a whole-module entry of HEAVY_S is one unit: its fixture runs once
     light = []
     for item in items:
@@ -104,11 +113,16 @@ def pytest_collection_modifyitems(config, items):
         else:
             units.setdefault(name if "::" not in name else item.nodeid, []).append(item)
     weight = {key: _heavy_s(group[0].nodeid) for key, group in units.items()}
-    halves: list[list] = [[], []]
-    load = [0, 0]
+    w = _workers(config)
+    parts: list[list] = [[] for _ in range(w)]
+    load = [0] * w
     for key in sorted(units, key=lambda k: -weight[k]):  # stable
-        h = 0 if load[0] <= load[1] else 1
-        halves[h] += units[key]
+        h = load.index(min(load))
+        parts[h] += units[key]
         load[h] += weight[key]
-    cut = max(0, len(items) // 2 - len(halves[0]))
-    items[:] = halves[0] + light[:cut] + halves[1] + light[cut:]
+    size, rest, ordered = -(-len(items) // w), list(light), []
+    for part in parts:
+        fill = max(0, size - len(part))
+        ordered += part + rest[:fill]
+        rest = rest[fill:]
+    items[:] = ordered + rest
