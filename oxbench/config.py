@@ -156,22 +156,23 @@ class LoraConfig(Strict):
 ARITH_LEAST = {"n_ops": (1, "at least 1 operation per problem"), "max_operand": (2, "max_operand >= 2")}
 
 
-def arith_has_problems(v: int, info) -> int:
-    least, needs = ARITH_LEAST[info.field_name]
-    if v < least:
-        raise ValueError(f"arith needs {needs}, got {v} (no problems)")
-    return v
+class ArithKnobs(Strict):
+    """A settings block holding arith's ``n_ops`` and ``max_operand``: each must leave some problems."""
+
+    @field_validator("n_ops", "max_operand", check_fields=False)
+    @classmethod
+    def _some_problems(cls, v, info):
+        least, needs = ARITH_LEAST[info.field_name]
+        if v < least:
+            raise ValueError(f"arith needs {needs}, got {v} (no problems)")
+        return v
 
 
-class PretrainTask(Strict):
+class PretrainTask(ArithKnobs):
     """The arith task a base was pre-trained on when it is not the run's (``model.pretrain.task``)."""
 
     n_ops: int = 2
     max_operand: int = 40
-
-    _some_problems = field_validator("n_ops", "max_operand")(
-        classmethod(lambda cls, v, info: arith_has_problems(v, info))
-    )
 
 
 class PretrainSettings(Strict):
@@ -261,17 +262,13 @@ class ModelConfig(Strict):
         return self
 
 
-class TaskConfig(Strict):
+class TaskConfig(ArithKnobs):
     name: Literal["arith", "gsm8k"] = "arith"
     n_ops: int = renamed(2, "steps", "n_ops")  # arith: operations per problem
     max_operand: int = 40  # arith: largest operand (40: chance 1.6% with n_ops 2)
     path: str | None = None  # gsm8k: a directory with train/test files, a HF dataset id, or the train file
     test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
-
-    _some_problems = field_validator("n_ops", "max_operand")(
-        classmethod(lambda cls, v, info: arith_has_problems(v, info))
-    )
 
     @model_validator(mode="after")
     def _gsm8k_needs_path(self):
