@@ -16,34 +16,29 @@ import json
 import yaml
 
 from oxbench.config import RunConfig
-from oxbench.eval.evaluate import eval_backend, pass_at_k
+from oxbench.eval.evaluate import eval_backend, greedy_metrics, greedy_outcomes, pass_at_k
 from oxbench.models.loading import base_model_path, load_model
-from oxbench.tasks import load_task_split, verify_working
+from oxbench.tasks import load_task_split
 from oxbench.tasks.grading import is_correct
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import generate
 
 
 def probe(model, tok, cfg: RunConfig, task: dict, n_greedy: int, n_sampled: int, k: int) -> dict:
-    rows = load_task_split(task, "test", n=n_greedy, seed=0)
-    prompts = [format_prompt(tok, r["question"]) for r in rows]
-    backend = eval_backend(cfg, model)
-    greedy = [
-        o[0] for o in generate(model, tok, prompts, max_new_tokens=cfg.eval.max_new_tokens, backend=backend)
-    ]
-    strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
-    flex = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
-    vflex = [f and bool(verify_working(task, c, r["answer"])) for f, c, r in zip(flex, greedy, rows)]
-    outs = generate(model, tok, prompts[:n_sampled], max_new_tokens=cfg.eval.max_new_tokens, temperature=1.0,
-                    num_return_sequences=k, batch_size=max(1, 256 // k), generator_seed=0, backend=backend)  # fmt: skip
+    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update=task)})
+    rows = load_task_split(cfg.task.model_dump(), "test", n=n_greedy, seed=0)
+    greedy = greedy_metrics(greedy_outcomes(model, tok, rows, cfg))  # the evaluator's own greedy scoring
+    prompts = [format_prompt(tok, r["question"]) for r in rows[:n_sampled]]
+    outs = generate(model, tok, prompts, max_new_tokens=cfg.eval.max_new_tokens, temperature=1.0,
+                    num_return_sequences=k, batch_size=max(1, 256 // k), generator_seed=0,
+                    backend=eval_backend(cfg, model))  # fmt: skip
     counts = [sum(is_correct(c, r["answer"], mode="flexible") for c in cs) for cs, r in zip(outs, rows)]
-    m = len(rows)
     return {
-        "n_ops": task["n_ops"],
-        "max_operand": task["max_operand"],
-        "strict": sum(strict) / m,
-        "flexible": sum(flex) / m,
-        "verified_flexible": sum(vflex) / m,
+        "n_ops": cfg.task.n_ops,
+        "max_operand": cfg.task.max_operand,
+        "strict": greedy["accuracy"],
+        "flexible": greedy["accuracy_flexible"],
+        "verified_flexible": greedy["accuracy_verified_flexible"],
         f"flexible_avg_at_{k}": sum(counts) / (k * len(counts)),
         f"flexible_pass_at_{k}": sum(pass_at_k(k, c, k) for c in counts) / len(counts),
         "share_never_right": sum(c == 0 for c in counts) / len(counts),
@@ -67,7 +62,7 @@ def main() -> None:
     model.eval()
     for v in a.variants:
         n_ops, max_op = (int(x) for x in v.split(":"))
-        task = {"name": "arith", "n_ops": n_ops, "max_operand": max_op}
+        task = {"n_ops": n_ops, "max_operand": max_op}
         print(json.dumps(probe(model, tok, cfg, task, a.n_greedy, a.n_sampled, a.k)), flush=True)
 
 
