@@ -92,3 +92,60 @@ def test_a_worker_is_retired_after_its_cell_quota_and_when_its_memory_grows(micr
     w.first_rss, w.cells = 100.0, 0
     w._maybe_retire(151.0)  # grew past 1.5x its first cell's memory: retired
     assert w.proc is None
+
+
+def _files(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file() and p.parent.name != "prepared"
+    }  # fmt: skip  (the marker lists absolute paths)
+
+
+def test_a_preparation_in_a_warm_worker_makes_what_its_own_process_makes(
+    micro_model_dir, tmp_path, monkeypatch
+):
+    """The shared work (base evaluation, self-play data) made in a warm worker, which then runs the cell
+    itself with nothing imported again, is byte for byte what a ``--prepare`` process makes."""
+    quick = {
+        "updates": 800,
+        "batch_size": 96,
+        "lr": 3.0e-3,
+        "n_examples": 20000,
+        "answer_styles": {"gsm8k": 0.3, "sentence": 0.7},
+    }  # fmt: skip  (the quickstart's shipped tiny-s base)
+    cfg = RunConfig(
+        **{**cell(micro_model_dir, method="dpo").model_dump(), "model": {"name": "tiny-s", "pretrain": quick}}
+    )
+    made = {}
+    for how in ("worker", "process"):
+        cache = tmp_path / how / "cache"
+        monkeypatch.setenv("OXBENCH_CACHE", str(cache))
+        if how == "worker":
+            w = executors.WarmWorker(workers=1)
+            secs, err = w.prepare(cfg, tmp_path / how, 1)
+            pid = w.proc.pid
+            assert w.run(cfg, tmp_path / how)["status"] == "finished" and w.proc.pid == pid
+            w.close()
+        else:
+            secs, err = executors._prepare_one(cfg, tmp_path / how, 1)
+        assert err is None and secs > 0
+        made[how] = _files(cache / "base_eval") | _files(cache / "data")
+    assert made["worker"] == made["process"] and len(made["worker"]) >= 2
+
+
+def test_a_preparation_that_fails_in_a_warm_worker_is_one_line_and_the_worker_goes_on(
+    micro_model_dir, tmp_path
+):
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    w = executors.WarmWorker(workers=1)
+    try:
+        _, err = w.prepare(cell(str(broken)), tmp_path, 1)
+        assert err.startswith(f"preparing {broken} for sft: ") and "\n" not in err, err
+        assert w.run(cell(micro_model_dir, seed=7), tmp_path)["status"] == "finished"
+    finally:
+        w.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
 import subprocess
 import sys
 import tempfile
@@ -104,10 +105,30 @@ def locked_record(cfg: RunConfig) -> dict:
     return {"run_id": cfg.run_id(), "status": "locked", "error": "running in another process"}
 
 
-def _log_tail(d: Path) -> str:
+def _log_tail(d: Path, name: str = "train.log") -> str:
     """The last line of a cell's ``train.log`` (its error, when it died), cut to 300 characters."""
-    log = d / "train.log"
+    log = d / name
     return " ".join(log.read_text().strip().splitlines()[-1:])[:300] if log.exists() else ""
+
+
+def _echo_until_reply(proc: subprocess.Popen, log: Path, prefix: str) -> str:
+    """Wait for ``proc``'s one-line reply, echoing each line written to ``log`` meanwhile to stderr."""
+    pos, reply = 0, None
+    while reply is None:
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            reply = proc.stdout.readline()  # "" when the worker died
+        try:
+            with open(log, "rb") as f:
+                f.seek(pos)
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        done = text[: text.rfind(b"\n") + 1] if reply is None else text  # whole lines, all at the end
+        pos += len(done)
+        for line in done.decode(errors="replace").splitlines():
+            if line.strip():
+                print(f"{prefix}{line.strip()}", file=sys.stderr, flush=True)
+    return reply
 
 
 ENDED = ("finished", "failed", "preempted")  # what a cell records itself when it ends
@@ -132,7 +153,7 @@ class WarmWorker:
     def __init__(self, workers: int, max_cells: int = 32, max_growth: float = 1.5):
         self.workers, self.max_cells, self.max_growth = workers, max_cells, max_growth
         self.proc: subprocess.Popen | None = None
-        self.cells, self.first_rss = 0, None
+        self.cells, self.first_rss, self.exit_code = 0, None, None
 
     def _start(self) -> subprocess.Popen:
         self.cells, self.first_rss = 0, None
@@ -146,29 +167,62 @@ class WarmWorker:
             env=_child_env(self.workers),
         )
 
-    def run(self, cfg: RunConfig, out: Path) -> dict:
-        d = run_dir(out, cfg.grid, cfg.run_id())
-        cfg_file = _config_file(cfg, d)
+    def _ask(self, job: dict, tail: Path | None = None, prefix: str = "") -> dict | None:
+        """Send ``job`` and wait for its reply; None if the worker died with it (then reaped, its exit
+        code in ``self.exit_code``). With ``tail``, what the job writes there is echoed to stderr."""
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
-        job = {"config": str(cfg_file), "out": str(out), "log": str(d / "train.log")}
         try:
             self.proc.stdin.write(json.dumps(job) + "\n")
             self.proc.stdin.flush()
-            reply = self.proc.stdout.readline()
+            reply = (
+                self.proc.stdout.readline() if tail is None else _echo_until_reply(self.proc, tail, prefix)
+            )
         except (BrokenPipeError, OSError):
             reply = ""
+        if reply:
+            return json.loads(reply)
+        self.exit_code = self.proc.wait()
+        self.proc = None
+        return None
+
+    def run(self, cfg: RunConfig, out: Path) -> dict:
+        d = run_dir(out, cfg.grid, cfg.run_id())
+        cfg_file = _config_file(cfg, d)
+        try:
+            reply = self._ask({"config": str(cfg_file), "out": str(out), "log": str(d / "train.log")})
         finally:
             cfg_file.unlink(missing_ok=True)
-        if not reply:  # the worker died with this cell
-            code = self.proc.wait()
-            self.proc = None
-            return failed_record(cfg, out, f"worker process exited with code {code}: {_log_tail(d)}")
-        reply = json.loads(reply)
+        if reply is None:  # the worker died with this cell
+            return failed_record(
+                cfg, out, f"worker process exited with code {self.exit_code}: {_log_tail(d)}"
+            )
         self._maybe_retire(reply["rss_mb"])
         if reply["status"] == "locked":
             return locked_record(cfg)
         return _outcome(cfg, out, reply.get("error") or "the cell ended without recording an outcome")
+
+    def prepare(self, cfg: RunConfig, out: Path, share: int) -> tuple[float, str | None]:
+        """What ``cfg``'s cells share, made in this worker (which stays warm for the cells) on the threads
+        of one of ``share`` preparations side by side; its progress lines echoed to stderr. (seconds,
+        error), as :func:`_prepare_one`."""
+        cfg_file = _config_file(cfg, Path(out) / ".prepare")
+        log, t0 = cfg_file.with_suffix(".log"), time.monotonic()
+        try:
+            job = {"prepare": str(cfg_file), "log": str(log), "threads": cell_threads(share)}
+            reply = self._ask(job, tail=log, prefix=f"  [{cfg.model.name}] ")
+            last = _log_tail(log.parent, log.name)
+        finally:
+            cfg_file.unlink(missing_ok=True)
+            log.unlink(missing_ok=True)
+        if reply is not None and reply["status"] == "prepared":
+            return time.monotonic() - t0, None
+        why = (
+            reply["error"]
+            if reply is not None
+            else f"worker process exited with code {self.exit_code}: {last}"
+        )
+        return time.monotonic() - t0, f"preparing {cfg.model.name} for {cfg.method}: {why}"
 
     def _maybe_retire(self, rss_mb: float) -> None:
         self.cells += 1
@@ -339,12 +393,25 @@ class _LocalPool:
             self.idle.put(w)
 
     def prepare(self, group: list[RunConfig]) -> list[tuple[RunConfig, float, str | None]]:
+        """One base model's shared work, key by key: in a warm slot (which then runs cells with its imports
+        paid), or in a process of its own where cells get fresh processes."""
         from oxbench.grid.shared import is_prepared
 
         # preparations run side by side only with each other (cells wait for theirs): share the cores
         # among them (a lone base model pre-trains on every core; its weights are the same either way)
         share = min(max(1, self.workers), len(self.groups))
-        return [(c, *((0.0, None) if is_prepared(c) else _prepare_one(c, self.out, share))) for c in group]
+        todo = [c for c in group if not is_prepared(c)]
+        if not todo:
+            return [(c, 0.0, None) for c in group]
+        if self.nproc > 1 or not self.warm:
+            made = {id(c): _prepare_one(c, self.out, share) for c in todo}
+        else:
+            w = self.idle.get()
+            try:
+                made = {id(c): w.prepare(c, self.out, share) for c in todo}
+            finally:
+                self.idle.put(w)
+        return [(c, *made.get(id(c), (0.0, None))) for c in group]
 
     def run_cell(self, c: RunConfig) -> dict:
         try:

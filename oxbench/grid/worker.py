@@ -4,7 +4,9 @@ then runs cell after cell (the local pool's default for single-process cells).
 Protocol: one JSON job per line on stdin, ``{"config": CONFIG.json, "out": OUT, "log": LOG}``; one JSON
 line back per job on the original stdout, ``{"status": ..., "rss_mb": ...}``. While a cell runs, file
 descriptors 1 and 2 point at its ``LOG`` (its ``train.log``, C-level output included), exactly as a
-cell process would write it. A cell holds the same exclusive lock on its run directory as
+cell process would write it. A job ``{"prepare": CONFIG.json, "log": LOG, "threads": N}`` makes what a
+grid's cells share (what ``python -m oxbench.grid.cell --prepare`` makes) on ``N`` threads, its
+progress lines in ``LOG``; it answers ``{"status": "prepared"}`` or ``"failed"`` with the last line. A cell holds the same exclusive lock on its run directory as
 ``python -m oxbench.grid.cell``. The worker keeps its process group (world size 1) between cells.
 
 Isolation is the pool's job (:class:`oxbench.grid.executors.WarmWorker`): a worker that dies takes only its
@@ -17,6 +19,7 @@ import json
 import os
 import resource
 import sys
+import traceback
 from pathlib import Path
 
 
@@ -36,6 +39,26 @@ def run_job(job: dict) -> dict:
     return {"status": rec["status"], "error": rec.get("error")}  # the error, for a record the disk refused
 
 
+def run_prepare(job: dict) -> dict:
+    """The shared preparation on ``job["threads"]`` threads (its share of the cores, as the process it
+    replaces had); a failure leaves its traceback in the log and answers with its last line."""
+    import torch
+
+    from oxbench.config import RunConfig
+    from oxbench.grid.runner import prepare_shared
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(job["threads"]))
+    try:
+        prepare_shared(RunConfig(**json.loads(Path(job["prepare"]).read_text())), verbose=True)
+        return {"status": "prepared"}
+    except Exception as exc:  # the grid goes on: the cells fail with the full error in their records
+        traceback.print_exc()
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}".splitlines()[-1]}
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _redirected(log: str, job: dict) -> dict:
     """Run ``job`` with fds 1 and 2 sent to ``log``; restore them after."""
     saved = os.dup(1), os.dup(2)
@@ -43,7 +66,7 @@ def _redirected(log: str, job: dict) -> dict:
     with open(log, "a") as f:  # the cell truncates it once it holds the run's lock (oxbench.grid.cell)
         os.dup2(f.fileno(), 1), os.dup2(f.fileno(), 2)
         try:
-            return run_job(job)
+            return run_prepare(job) if "prepare" in job else run_job(job)
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
