@@ -70,7 +70,7 @@ HEAVY_S = {
     "tests/test_warm_worker.py::test_a_cell_in_a_warm_worker_is_the_cell_in_a_fresh_process": 46,
     "tests/test_warm_worker.py::test_a_worker_that_dies_fails_only_its_cell": 43,
     "tests/test_grid_report.py::test_a_grid_run_and_its_status_end_with_the_report": 41,
-    "tests/test_distributed.py::test_resume_at_world_size_2_is_bitwise": 40,
+    "tests/test_distributed.py::test_resume_at_world_size_2_is_bitwise": 45,  # 3 resumes, 2 launches
     "tests/test_executors.py::test_kill_minus_9_then_resume": 39,
     "tests/test_losscheck.py::test_the_readme_walkthrough": 39,
     "tests/test_preemption.py::test_a_preempted_ray_cell": 39,

@@ -9,10 +9,15 @@ the curve evaluated can be compared across ZeRO stages and ranks.
 With ``CKPT_DIR`` set, the run checkpoints there (and resumes from it); with ``STOP_AT`` too, rank 0's
 logger raises the pre-emption flag at that step (the other ranks learn of it through the collective
 check), and the worker exits with code 4 once the checkpoint is written.
+
+usage: dist_worker.py --jobs JOBS.json runs several such runs one after another in one process group
+(one launch instead of one per run): JOBS.json is a list of ``{"args": [MODEL_DIR, ..., OUT.pt], "env":
+{...}}``, each run's settings above in its ``env``. It exits with code 4 if any run was pre-empted.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -28,8 +33,24 @@ from oxbench.engine.model import full_state_dict
 from oxbench.models.loading import load_model
 
 
-def main(model_dir, method, zero, batch, accum, steps, out):
+def main(argv: list[str]) -> None:
     D.init_distributed()
+    jobs = json.loads(Path(argv[1]).read_text()) if argv[0] == "--jobs" else [{"args": argv, "env": {}}]
+    preempted = False
+    for job in jobs:
+        saved = {k: os.environ.get(k) for k in job["env"]}
+        os.environ.update(job["env"])
+        try:
+            preempted |= run(*job["args"])
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    D.shutdown()
+    D.exit_process(4 if preempted else 0)
+
+
+def run(model_dir, method, zero, batch, accum, steps, out) -> bool:
+    """One run; whether it was pre-empted (``STOP_AT``)."""
     spec = losses.get(method)
     cfg = cfg_for(
         model_dir,
@@ -75,8 +96,8 @@ def main(model_dir, method, zero, batch, accum, steps, out):
     try:
         engine, res = _train(cfg, spec, model, tok, method, curve, extra)
     except C.Preempted:
-        D.shutdown()
-        D.exit_process(4)
+        C._requested = None  # the next run starts unflagged
+        return True
     state = full_state_dict(engine)
     if D.is_main():
         torch.save(
@@ -89,8 +110,7 @@ def main(model_dir, method, zero, batch, accum, steps, out):
             },
             out,
         )
-    D.shutdown()
-    D.exit_process(0)
+    return False
 
 
 def _train(cfg, spec, model, tok, method, curve, extra):
@@ -113,4 +133,4 @@ def _train(cfg, spec, model, tok, method, curve, extra):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main(sys.argv[1:])

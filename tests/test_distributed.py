@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,20 +21,19 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 
 
-def run_worker(
-    tmp_path, model_dir, method, zero, batch, accum, steps, nproc=1, env_extra=None, expect_rc=0
-) -> dict | None:
-    out = tmp_path / f"{method}-z{zero}-b{batch}-a{accum}-n{nproc}.pt"
-    args = [
-        str(HERE / "dist_worker.py"),
-        model_dir,
-        method,
-        str(zero),
-        str(batch),
-        str(accum),
-        str(steps),
-        str(out),
-    ]
+def job(method, zero, batch, accum, steps, *, where: Path, env: dict | None = None, tag: str = "") -> dict:
+    """One run of ``dist_worker.py``: its arguments (its result file in ``where``) and its settings."""
+    out = where / f"{method}-z{zero}-b{batch}-a{accum}{tag}.pt"
+    return {"args": [str(a) for a in (method, zero, batch, accum, steps, out)], "env": env or {}}
+
+
+def run_jobs(model_dir, jobs: list[dict], nproc=1, expect_rc=0) -> list[dict | None]:
+    """Run ``jobs`` one after another in one launch (one process, or one torchrun world of ``nproc``);
+    each one's saved result (None where it was pre-empted)."""
+    jobs = [{**j, "args": [model_dir, *j["args"]]} for j in jobs]
+    spec = Path(jobs[0]["args"][-1]).with_suffix(".jobs.json")
+    spec.write_text(json.dumps(jobs))
+    args = [str(HERE / "dist_worker.py"), "--jobs", str(spec)]
     if nproc > 1:
         cmd = [
             sys.executable,
@@ -49,13 +49,19 @@ def run_worker(
         **os.environ,
         "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "OMP_NUM_THREADS": "1",
-        **(env_extra or {}),
     }
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == expect_rc, proc.stderr[-3000:]
-    return torch.load(out, weights_only=True) if expect_rc == 0 else None
+    outs = [Path(j["args"][-1]) for j in jobs]
+    return [torch.load(o, weights_only=True) if o.exists() else None for o in outs]
+
+
+def run_worker(tmp_path, model_dir, method, zero, batch, accum, steps, nproc=1, env_extra=None, expect_rc=0):
+    """One run in a launch of its own."""
+    one = job(method, zero, batch, accum, steps, where=tmp_path, env=env_extra, tag=f"-n{nproc}")
+    return run_jobs(model_dir, [one], nproc, expect_rc)[0]
 
 
 def assert_same_params(a, b, atol):
@@ -65,8 +71,7 @@ def assert_same_params(a, b, atol):
 
 
 def test_zero3_equals_zero0_at_world_size_1(tmp_path, micro_model_dir):
-    z0 = run_worker(tmp_path, micro_model_dir, "dpo", 0, 4, 1, 2)
-    z3 = run_worker(tmp_path, micro_model_dir, "dpo", 3, 4, 1, 2)
+    z0, z3 = run_jobs(micro_model_dir, [job("dpo", z, 4, 1, 2, where=tmp_path) for z in (0, 3)])
     assert z3["steps"] == 2
     assert_same_params(z0["params"], z3["params"], atol=1e-6)
 
@@ -87,24 +92,22 @@ def test_online_loop_at_world_size_2_zero2(tmp_path, micro_model_dir):
 def test_shared_prompt_forward_under_zero3_at_world_size_2(tmp_path, micro_model_dir):
     """Two forwards (prompts, then completions on their cache) before one backward, with ZeRO-3's
     partitioned parameters gathered per forward: the same steps as the full forward, to rounding."""
-    (tmp_path / "full").mkdir()
-    full = run_worker(tmp_path / "full", micro_model_dir, "sgrpo", 3, 4, 1, 2, nproc=2)
-    shared = run_worker(
-        tmp_path, micro_model_dir, "sgrpo", 3, 4, 1, 2, nproc=2, env_extra={"SHARE_PROMPT": "1"}
-    )
+    runs = [job("sgrpo", 3, 4, 1, 2, where=tmp_path, tag=f"-{what}", env=env)
+            for what, env in (("full", {}), ("shared", {"SHARE_PROMPT": "1"}))]  # fmt: skip
+    full, shared = run_jobs(micro_model_dir, runs, nproc=2)
     assert shared["world"] == 2 and shared["steps"] == 2
     assert_same_params(full["params"], shared["params"], atol=1e-6)
 
 
-def curve_rows(tmp_path, model_dir, zero, nproc) -> list[dict]:
-    out = run_worker(
-        tmp_path, model_dir, "sgrpo", zero, 4, 1, 2, nproc=nproc, env_extra={"CURVE_EVERY": "16"}
-    )
-    assert out["world"] == nproc
-    path = tmp_path / f"sgrpo-z{zero}-b4-a1-n{nproc}.curve.jsonl"
-    import json
-
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def curve_rows(model_dir, runs: list[tuple[int, int]], where: Path) -> list[list[dict]]:
+    """The learning-curve rows of sgrpo runs at (ZeRO stage, world size) ``runs``, one launch per world size."""
+    curve = {"CURVE_EVERY": "16"}
+    jobs = {run: job("sgrpo", run[0], 4, 1, 2, where=where, env=curve, tag=f"-n{run[1]}") for run in runs}
+    for nproc in sorted({n for _, n in runs}):
+        mine = [r for r in runs if r[1] == nproc]
+        assert all(out["world"] == nproc for out in run_jobs(model_dir, [jobs[r] for r in mine], nproc=nproc))
+    paths = [Path(jobs[r]["args"][-1]).with_suffix(".curve.jsonl") for r in runs]
+    return [[json.loads(line) for line in p.read_text().splitlines()] for p in paths]
 
 
 def test_learning_curve_under_zero_stages_and_ranks(tmp_path, micro_model_dir):
@@ -112,9 +115,7 @@ def test_learning_curve_under_zero_stages_and_ranks(tmp_path, micro_model_dir):
     a point evaluates are gathered from every rank (collectively under ZeRO-3): at world size 1, ZeRO-3
     evaluates the very weights ZeRO-0 does; at world size 2 (ZeRO-3) the points fall at the same
     compute, counted over both ranks, and the base point sees the same weights."""
-    z0 = curve_rows(tmp_path, micro_model_dir, 0, 1)
-    z3 = curve_rows(tmp_path, micro_model_dir, 3, 1)
-    two = curve_rows(tmp_path, micro_model_dir, 3, 2)
+    z0, z3, two = curve_rows(micro_model_dir, [(0, 1), (3, 1), (3, 2)], tmp_path)
     for rows in (z0, z3, two):
         assert [r["rollouts"] for r in rows] == [0, 16, 32] and [r["step"] for r in rows] == [0, 1, 2]
     for a, b in zip(z0, z3):
@@ -147,23 +148,39 @@ def test_deepspeed_builds_no_shm_op(tmp_path):
     assert "shm_comm" not in res.stdout + res.stderr and not ext.exists()
 
 
-@pytest.mark.parametrize("method,zero", [("dpo", 0), ("sgrpo", 0), ("dpo", 3)])
-def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir, method, zero):
+RESUMED = [("dpo", 0), ("sgrpo", 0), ("dpo", 3)]
+
+
+def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir):
     """Two ranks, pre-empted after step 2 of 4 (the flag raised on rank 0 only: the ranks agree through
     the collective check) and resumed from the checkpoint (under ZeRO-3 each rank's own optimiser and
-    master-weight partition): the weights are bitwise those of the run that was never stopped."""
-    (tmp_path / "whole").mkdir()
-    whole = run_worker(tmp_path / "whole", micro_model_dir, method, zero, 2, 1, 4, nproc=2)
-    ckpt = {"CKPT_DIR": str(tmp_path / "ckpt")}
-    run_worker(tmp_path, micro_model_dir, method, zero, 2, 1, 4, nproc=2, env_extra={**ckpt, "STOP_AT": "2"},
-               expect_rc=1)  # fmt: skip
-    saved = tmp_path / "ckpt" / "checkpoints" / "step-00000002"
-    assert sorted(p.name for p in saved.iterdir()) == [
-        "manifest.json", "rank0.json", "rank0.safetensors", "rank1.json", "rank1.safetensors"
-    ]  # fmt: skip
-    again = run_worker(tmp_path, micro_model_dir, method, zero, 2, 1, 4, nproc=2, env_extra=ckpt)
-    assert again["resumed_from"] == 2 and again["steps"] == whole["steps"] == 4
-    assert_same_params(whole["params"], again["params"], atol=0)
+    master-weight partition) in a fresh launch: the weights are bitwise those of the run that was never
+    stopped. For dpo and sgrpo at ZeRO-0 and dpo at ZeRO-3; the runs before the stop share one launch,
+    the resumed runs another."""
+    first, resumed = [], []
+    for method, zero in RESUMED:
+        d = tmp_path / f"{method}-z{zero}"
+        (d / "whole").mkdir(parents=True)
+        ckpt = {"CKPT_DIR": str(d / "ckpt")}
+        first += [
+            job(method, zero, 2, 1, 4, where=d / "whole"),
+            job(method, zero, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "2"}),
+        ]
+        resumed.append(job(method, zero, 2, 1, 4, where=d, env=ckpt))
+    outs = run_jobs(micro_model_dir, first, nproc=2, expect_rc=1)  # a pre-empted run: code 4 from its ranks
+    again = run_jobs(micro_model_dir, resumed, nproc=2)
+    for i, (method, zero) in enumerate(RESUMED):
+        whole, stopped, saved = (
+            outs[2 * i],
+            outs[2 * i + 1],
+            tmp_path / f"{method}-z{zero}" / "ckpt" / "checkpoints",
+        )
+        assert stopped is None, (method, zero)  # it saved nothing: pre-empted
+        assert sorted(p.name for p in (saved / "step-00000002").iterdir()) == [
+            "manifest.json", "rank0.json", "rank0.safetensors", "rank1.json", "rank1.safetensors"
+        ], (method, zero)  # fmt: skip
+        assert again[i]["resumed_from"] == 2 and again[i]["steps"] == whole["steps"] == 4, (method, zero)
+        assert_same_params(whole["params"], again[i]["params"], atol=0)
 
 
 def test_a_stale_extension_build_lock_is_an_error_naming_it(tmp_path, monkeypatch):
