@@ -118,7 +118,9 @@ def test_small_scales_run_while_a_large_one_is_still_preparing(tmp_path, monkeyp
         return {"run_id": c.run_id(), "status": "finished"}
 
     monkeypatch.setattr(executors, "_prepare_one", fake_prepare)
-    monkeypatch.setattr(executors.WarmWorker, "prepare", lambda self, c, out, share: fake_prepare(c, out, share))
+    monkeypatch.setattr(
+        executors.WarmWorker, "prepare", lambda self, c, out, share: fake_prepare(c, out, share)
+    )
     monkeypatch.setattr(executors.WarmWorker, "run", lambda self, c, out: fake_cell(c, out, 1, self.workers))
     cells = [RunConfig(method="sft", seed=s, model={"name": m}) for m in ("big", "small") for s in (0, 1)]
     prepared = []
@@ -167,7 +169,9 @@ def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, mo
     assert is_prepared(cfg)
     calls = []
     monkeypatch.setattr(executors, "_prepare_one", lambda c, out, w: calls.append(c) or (0.0, None))
-    monkeypatch.setattr(executors.WarmWorker, "prepare", lambda self, c, out, w: calls.append(c) or (0.0, None))
+    monkeypatch.setattr(
+        executors.WarmWorker, "prepare", lambda self, c, out, w: calls.append(c) or (0.0, None)
+    )
     monkeypatch.setattr(executors.WarmWorker, "run", lambda self, c, out: {"status": "finished"})
     executors.run_local([cfg], tmp_path)
     assert calls == []
@@ -188,7 +192,9 @@ def test_a_lone_preparation_gets_every_core(monkeypatch, tmp_path):
 
     shares = []
     monkeypatch.setattr(executors, "_prepare_one", lambda c, out, w: shares.append(w) or (0.0, None))
-    monkeypatch.setattr(executors.WarmWorker, "prepare", lambda self, c, out, w: shares.append(w) or (0.0, None))
+    monkeypatch.setattr(
+        executors.WarmWorker, "prepare", lambda self, c, out, w: shares.append(w) or (0.0, None)
+    )
     monkeypatch.setattr(executors.WarmWorker, "run", lambda self, c, out: {"status": "finished"})
     executors.run_local([RunConfig(method="sft", seed=s) for s in (0, 1)], tmp_path, workers=2)
     assert shares == [1]
