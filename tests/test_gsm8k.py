@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from oxbench.tasks.errors import TaskError, TaskFileNotFoundError
 from oxbench.tasks.gsm8k import default_gsm8k_dir, load_gsm8k
@@ -191,3 +192,27 @@ def test_hub_id_failure_is_one_clear_line(monkeypatch):
     assert "'oxbench-tests/no-such-gsm8k'" in message and "split 'test'" in message
     assert "Hugging Face Hub" in message and "\n" not in message
     assert not isinstance(info.value, FileNotFoundError)
+
+
+def test_a_grid_reads_its_gsm8k_file_once_however_many_cells(tmp_path, monkeypatch):
+    """Planning a grid checks its GSM8K file once per split, not once per cell (96 cells of the paper
+    recipe read it 192 times, 15 s); a file that changes is read again."""
+    from oxbench.grid import spec
+    from oxbench.tasks import load_task_split as real
+
+    data, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    for f in (data, test):
+        f.write_text(
+            "".join(json.dumps({"question": f"q{i}", "answer": f"#### {i}"}) + "\n" for i in range(40))
+        )
+    g = {"name": "g", "base": {"task": {"name": "gsm8k", "path": str(data), "test_path": str(test)}, "data": {"n_train": 8}, "eval": {"n_test": 8}},
+         "axes": {"method": ["sft", "dpo"], "seed": [0, 1, 2]}}  # fmt: skip
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(g))
+    reads = []
+    monkeypatch.setattr("oxbench.tasks.load_task_split", lambda *a, **k: reads.append(a[1]) or real(*a, **k))
+    spec._check_gsm8k.cache_clear()
+    assert len(spec.expand(spec.load_grid(tmp_path / "g.yaml"), "g.yaml")) == 6
+    assert sorted(reads) == ["test", "train"]
+    data.write_text(data.read_text().replace('"#### 3"', '"#### three"'))  # another size: read again
+    spec.expand(spec.load_grid(tmp_path / "g.yaml"), "g.yaml")
+    assert len(reads) == 4

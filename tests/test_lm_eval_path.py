@@ -205,3 +205,29 @@ def test_bigram_model_scores_exactly(tok, tmp_path):
     results = run_lm_eval(model, tok, [TASK], log_samples=True, **kwargs)
     assert {s["resps"][0][0] for s in results["samples"][TASK]} == {"42"}
     assert sorted(assert_our_grading_matches(results)) == [False] * 4 + [True] * 2
+
+
+def test_lm_eval_s_index_is_read_once_per_install(tmp_path, monkeypatch):
+    """Checking a task oxbench does not bundle reads lm-eval's index (~14,000 YAMLs) once; its names are
+    then kept in the cache under lm-eval's version and the bundled YAMLs, so later plans are instant."""
+    monkeypatch.setenv("OXBENCH_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    class Manager:
+        all_tasks = ["hellaswag", "arc_easy", *bundled()]
+
+    def build(tasks, *args, **kwargs):
+        built.append(list(tasks))
+        return Manager()
+
+    monkeypatch.setattr(lm_eval_path, "build_task_manager", build)
+    assert lm_eval_path.known_tasks() == set(Manager.all_tasks)
+    assert lm_eval_path.known_tasks() == set(Manager.all_tasks) and len(built) == 1  # from the cache
+    lm_eval_path.check_tasks.cache_clear()
+    with pytest.raises(ValueError, match="unknown lm-eval task 'hellaswg'; did you mean 'hellaswag'"):
+        lm_eval_path.check_tasks(("hellaswg",))
+    assert len(built) == 1
+    monkeypatch.setattr(lm_eval_path, "TASKS_DIR", tmp_path)  # other bundled YAMLs: another index
+    (tmp_path / "extra.yaml").write_text("task: extra\n")
+    lm_eval_path.known_tasks()
+    assert len(built) == 2

@@ -23,6 +23,7 @@ requested task is not among the bundled or ``task_dir`` ones.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -231,6 +232,29 @@ def _documents(raw: dict, name: str) -> int:
     return sum(_documents(raw, sub) for sub in raw.get("group_subtasks", {}).get(name, []))
 
 
+def known_tasks() -> set[str]:
+    """Every task name the bundled YAMLs and lm-eval's own define. Building lm-eval's index reads its
+    ~14,000 YAMLs (~14 s), so the names are kept in the cache, keyed by lm-eval's version and install
+    and by the bundled YAMLs."""
+    from importlib.metadata import distribution
+
+    from oxbench.utils import cache_root, content_hash, write_json_atomic
+
+    dist = distribution("lm_eval")
+    bundled = sorted(
+        (f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in Path(TASKS_DIR).rglob("*.yaml")
+    )
+    key = content_hash({"lm_eval": dist.version, "at": str(dist.locate_file("")), "bundled": bundled})
+    path = cache_root() / "lm_eval_index" / f"{key}.json"
+    try:
+        return set(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        pass
+    known = set(build_task_manager(["(every task)"]).all_tasks)  # a name not bundled: lm-eval's own too
+    write_json_atomic(path, sorted(known))
+    return known
+
+
 @functools.lru_cache(maxsize=16)
 def check_tasks(tasks: tuple[str, ...]) -> None:
     """``ValueError`` naming the first of ``tasks`` that neither oxbench bundles nor lm-eval knows (the
@@ -242,7 +266,7 @@ def check_tasks(tasks: tuple[str, ...]) -> None:
     check_bundled(list(tasks))
     if all(t in bundled() for t in tasks):
         return
-    known = build_task_manager(tasks).all_tasks  # the bundled YAMLs and, as some are not, lm-eval's own
+    known = known_tasks()
     for t in tasks:
         if t not in known:
             close = difflib.get_close_matches(t, known, n=1)

@@ -35,6 +35,7 @@ import copy
 import difflib
 import functools
 import itertools
+import json
 import operator
 from pathlib import Path
 from typing import Any
@@ -405,10 +406,10 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         if cfg.eval.lm_eval.tasks:
             _check_lm_eval_tasks(cfg)
         if cfg.task.name == "gsm8k":
-            from oxbench.tasks import load_task_split
-
-            for split in ("train", "test"):
-                load_task_split(cfg.task.model_dump(), split, local_only=True)
+            task = cfg.task
+            _check_gsm8k(
+                json.dumps(task.model_dump(), sort_keys=True), _file_state(task.path, task.test_path)
+            )
         else:
             _check_arith_sizes(cfg.task.n_ops, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
     except (losses.LossError, ModelError, TaskError) as exc:
@@ -437,6 +438,25 @@ def _check_lm_eval_tasks(cfg: RunConfig) -> None:
             raise ValueError(f"field 'eval.lm_eval.tasks': {exc}") from None
     if "oxbench_arith_hard" in tasks and cfg.task.name != "arith":
         raise ValueError("field 'eval.lm_eval.tasks': oxbench_arith_hard builds on task 'arith'")
+
+
+def _file_state(*paths: str | None) -> tuple:
+    """What changes when the data at ``paths`` does (each file's, or a directory's files', size and mtime)."""
+    files = []
+    for path in filter(None, paths):
+        p = Path(path).expanduser()
+        files += sorted(p.iterdir()) if p.is_dir() else [p]
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+
+
+@functools.lru_cache(maxsize=16)
+def _check_gsm8k(task: str, state: tuple) -> None:
+    """Both splits of a GSM8K task read and checked, once per task and file state (a grid's cells share
+    one file: 96 cells read GSM8K 192 times, 15 s, before this)."""
+    from oxbench.tasks import load_task_split
+
+    for split in ("train", "test"):
+        load_task_split(json.loads(task), split, local_only=True)
 
 
 @functools.lru_cache(maxsize=64)
