@@ -38,7 +38,8 @@ def short(correction: str) -> str:
     return correction
 
 
-STUDY = ("staleness", "staleness_seeds", "staleness_seeds_lr")  # same base and settings: pooled
+# the same base and settings, pooled
+STUDY = ("staleness", "staleness_seeds", "staleness_seeds_lr", "staleness_seeds_mid", "staleness_seeds_tis")
 
 
 def label_all(results: Path) -> pd.DataFrame:
