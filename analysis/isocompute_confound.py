@@ -12,7 +12,9 @@ From the learning curves (:func:`analysis.isocompute.load_curves`) only:
   (n, B_p) cells are missing, to print wherever a share appears;
 * :func:`at_updates` and :func:`matched_updates`: best@k / worst@k of two n at the same number of
   updates M (their largest common curve point), beside the matched-C comparison;
-* :func:`raw_best`: the best arm by its raw mean reward at matched C (no fitted envelope).
+* :func:`raw_best`: the best arm by its raw mean reward at matched C (no fitted envelope);
+* :func:`versus_base`: whether an arm sharpens (worst@k) or widens coverage (best@k) at all: its
+  runs at matched C against the same runs' base point (rollouts 0) on the same validation problems.
 """
 
 from __future__ import annotations
@@ -176,3 +178,24 @@ def share_note(points: pd.DataFrame, metric: str) -> str:
         text += (f"; on the balanced part (n ∈ {bal['n_values']}, {bal['runs']} runs) n {bal['n']:.0%}, B_p "
                  f"{bal['B_p']:.0%}, n × B_p {bal['interaction']:.0%}")  # fmt: skip
     return text
+
+
+def versus_base(curves: pd.DataFrame, c: float, *, k: int) -> list[dict]:
+    """Per (subset, n, B_p) and kind (best, worst): the arm at compute ``c`` against its base point
+    (rollouts 0, the same weights in every run, sampled with each run's seed), each averaged per
+    validation problem over the arm's seeds; the mean difference and a Wilcoxon signed-rank test over
+    problems (unit: validation problems)."""
+    rows = []
+    end, start = iso.at_compute(curves, c), curves[curves["rollouts"] == 0]
+    for (subset, n, b_p), g in end.groupby(["subset", "n", "B_p"]):
+        base = start[start["run_id"].isin(g["run_id"])]
+        for kind in ("best", "worst"):
+            per = [np.mean([iso.per_problem(r.correct_counts, r.samples_per_problem, k, kind)
+                            for r in pts.itertuples()], 0) for pts in (base, g)]  # fmt: skip
+            diff = per[1] - per[0]
+            nonzero = diff[diff != 0]
+            p = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
+            rows.append({"subset": subset, "n": int(n), "B_p": int(b_p), "kind": kind, "seeds": len(g),
+                         "base": float(per[0].mean()), "arm": float(per[1].mean()), "delta": float(diff.mean()),
+                         "p": p, "up": int((diff > 0).sum()), "down": int((diff < 0).sum())})  # fmt: skip
+    return rows

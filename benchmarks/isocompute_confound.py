@@ -38,7 +38,8 @@ def grid_summary(root: str) -> dict:
     out = {"grid": Path(root).name, "metric": metric, "k": k, "C": c, "runs": int(curves["run_id"].nunique()),
            "pairs": pairs.to_dict("records"), "sign_test": ic.sign_test(pairs) if len(pairs) else None,
            "raw_best": ic.raw_best(at, metric).to_dict("records"),
-           "fixed_batch_problems": ic.fixed_batch_problems(at, k=k), "subsets": {}}  # fmt: skip
+           "fixed_batch_problems": ic.fixed_batch_problems(at, k=k), "versus_base": ic.versus_base(curves, c, k=k),
+           "subsets": {}}  # fmt: skip
     for subset, sub in at.groupby("subset"):
         cur = curves[curves["subset"] == subset]
         ns = sorted(sub["n"].unique())
@@ -63,6 +64,18 @@ def _pairs_md(rows: list[dict], k: int, a_label: str = "n_a", b_label: str = "n_
     return lines
 
 
+def _versus_base_md(rows: list[dict], k: int, c: float) -> list[str]:
+    """Each arm at C against its own base point: does it sharpen (worst@k) or cover (best@k) at all."""
+    if not rows:
+        return []
+    lines = [f"**Against the base** (each arm at C = {c:,.0f} against its runs' base point on the same "
+             "validation problems; unit: validation problems, Wilcoxon):", "",
+             "| subset | n | B_p | kind | seeds | base | arm | Δ | p | up/down |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {r['seeds']} | {r['base']:.3f} | "
+              f"{r['arm']:.3f} | {r['delta']:+.3f} | {r['p']:.2g} | {r['up']}/{r['down']} |" for r in rows]  # fmt: skip
+    return lines + [""]
+
+
 def grid_markdown(s: dict) -> list[str]:
     """One grid's section of the README."""
     k, lines = (
@@ -82,6 +95,7 @@ def grid_markdown(s: dict) -> list[str]:
     best = "; ".join(f"{r['subset']}: n = {r['n']}, B_p = {r['B_p']} ({r[s['metric']]:.3f}; runner-up {r['runner_up']} "
                      f"{r['runner_up_' + s['metric']]:.3f})" for r in s["raw_best"])  # fmt: skip
     lines += [f"**Raw best arm at C = {s['C']:,.0f}** (mean over seeds, no fitted envelope): {best}.", ""]
+    lines += _versus_base_md(s.get("versus_base", []), k, s["C"])
     for subset, r in s["subsets"].items():
         lines += [f"### {subset}", ""]
         if r["shares"]:

@@ -170,6 +170,20 @@ def test_matched_updates_find_the_largest_common_curve_point():
     ]
 
 
+def test_versus_base_compares_each_arm_with_its_own_base_point():
+    """n = 8 ends with every problem 4/4 right from 1/4 at its base: worst@2 up on all 20 problems; n = 2
+    stays at its base: no change, p = 1. Unit: problems."""
+    from analysis import isocompute_confound as ic
+
+    rows = [{"run_id": f"r{n}-{s}", "subset": "easy", "n": n, "B_p": 4, "seed": s, "rollouts": c,
+             "samples_per_problem": 4, "correct_counts": [4 if (n == 8 and c) else 1] * 20}
+            for n in (2, 8) for s in (0, 1) for c in (0, 4096)]  # fmt: skip
+    out = {(r["n"], r["kind"]): r for r in ic.versus_base(pd.DataFrame(rows), 4096, k=2)}
+    assert out[(8, "worst")]["delta"] == pytest.approx(1.0) and out[(8, "worst")]["up"] == 20
+    assert out[(8, "worst")]["p"] < 1e-4 and out[(8, "worst")]["seeds"] == 2
+    assert out[(2, "best")]["delta"] == 0 and out[(2, "best")]["p"] == 1.0
+
+
 def test_on_the_committed_isocompute_records():
     from analysis import isocompute as iso
     from analysis import isocompute_confound as ic
