@@ -60,22 +60,27 @@ def test_kill_9_soak_loses_nothing_and_repeats_nothing(tmp_path, micro_model_dir
         return subprocess.Popen([*cmd, "--plugin", "slow_plugin"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
 
-    assert start(tmp_path / "whole").wait(timeout=600) == 0
-    reference = {
-        k: _digest(tmp_path / "whole" / "ex" / k / "eval.jsonl") for k in records(tmp_path / "whole")
-    }
-
-    out, rng, seen, twice, partial = tmp_path / "out", random.Random(0), {}, [], 0
-    for _ in range(KILLS):
-        proc = start(out)
-        time.sleep(rng.uniform(5.0, 15.0))  # start-up takes ~7 s; each cell ~6 s
-        os.killpg(proc.pid, signal.SIGKILL)  # the grid, its warm worker and the cell: kill -9 all
-        proc.wait()
-        partial += len(list(out.rglob(".step-*.partial")))
-        now = _finished(out)
-        twice += [k for k in seen if now.get(k) != seen[k]]  # a finished record rewritten: run again
-        seen.update(now)
-    assert start(out).wait(timeout=600) == 0
+    whole = start(tmp_path / "whole")  # the never-killed reference, beside the soak (its cells sleep)
+    try:
+        out, rng, seen, twice, partial = tmp_path / "out", random.Random(0), {}, [], 0
+        for _ in range(KILLS):
+            proc = start(out)
+            time.sleep(rng.uniform(5.0, 15.0))  # start-up takes ~7 s; each cell ~6 s
+            os.killpg(proc.pid, signal.SIGKILL)  # the grid, its warm worker and the cell: kill -9 all
+            proc.wait()
+            partial += len(list(out.rglob(".step-*.partial")))
+            now = _finished(out)
+            twice += [k for k in seen if now.get(k) != seen[k]]  # a finished record rewritten: run again
+            seen.update(now)
+        assert start(out).wait(timeout=600) == 0
+        assert whole.wait(timeout=600) == 0
+        reference = {
+            k: _digest(tmp_path / "whole" / "ex" / k / "eval.jsonl") for k in records(tmp_path / "whole")
+        }
+    finally:  # a failed soak leaves no reference grid behind
+        if whole.poll() is None:
+            os.killpg(whole.pid, signal.SIGKILL)
+            whole.wait()
     final = _finished(out)
     twice += [k for k in seen if final.get(k) != seen[k]]
     lost = set(reference) - set(final)
