@@ -52,37 +52,43 @@ def micro_model_dir(tmp_path_factory):
 # xdist 3.8's group ids are lost under pytest 9.2: it sets ``item._nodeid``, which pytest 9.2 no longer
 # reads.) Seconds: measured with --durations on the 2-core reference machine (2026-12-05, loaded);
 # a name that no longer matches only loses its head start.
-HEAVY_S = {
-    "tests/test_plugins.py::test_published_plugin_round_trip": 40,  # 274 loaded while it pre-trained tiny-xs; 20 quiet now
-    "tests/test_soak.py::test_kill_9_soak": 148,
-    "tests/test_soak.py::test_chaos_soak": 148,
-    "tests/test_rank_faults.py::test_a_rank_that_stops_answering": 101,
-    "tests/test_online_invariance.py": 92,  # one module fixture: five worker runs, two under torchrun
-    "tests/test_rank_faults.py::test_a_grid_of_cold_cache_two_rank_cells": 83,
-    "tests/test_executors.py::test_two_runs_of_one_grid_share_the_work": 80,
-    "tests/test_real_checkpoint.py": 73,
-    "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 66,
-    "tests/test_preemption.py::test_sigterm_preempts": 64,
-    "tests/test_rank_faults.py::test_a_rank_killed_mid_step": 64,
-    "tests/test_rank_faults.py::test_a_rank_that_raises_alone": 59,
-    "tests/test_executors.py::test_a_full_disk_mid_grid": 59,
-    "tests/test_executors.py::test_executor_runs_every_cell": 49,
-    "tests/test_warm_worker.py::test_a_cell_in_a_warm_worker_is_the_cell_in_a_fresh_process": 46,
-    "tests/test_warm_worker.py::test_a_worker_that_dies_fails_only_its_cell": 43,
-    "tests/test_grid_report.py::test_a_grid_run_and_its_status_end_with_the_report": 41,
-    "tests/test_distributed.py::test_resume_at_world_size_2_is_bitwise": 45,  # 3 resumes, 2 launches
-    "tests/test_executors.py::test_kill_minus_9_then_resume": 39,
-    "tests/test_losscheck.py::test_the_readme_walkthrough": 39,
-    "tests/test_preemption.py::test_a_preempted_ray_cell": 39,
-    "tests/test_preemption.py::test_a_preempted_slurm_job": 38,
-    "tests/test_warm_worker.py::test_a_worker_is_retired": 32,
-    "tests/test_vllm_backend.py::test_training_on_each_backend_learns": 32,
-    "tests/test_memory.py::test_the_grid_goes_on_after_a_cell_runs_out_of_memory": 29,
-    "tests/test_distributed.py::test_": 35,  # each test a few torchrun launches (under -n 2)
-    "tests/test_losscheck.py::test_the_full_check_trains_a_builtin": 20,
-    "tests/test_rank_faults.py::test_two_ranks_building_one_cold_reference_cache": 20,
-    "tests/test_executors.py::test_ctrl_c_stops_the_grid": 18,
-    "tests/test_losscheck.py::test_the_example_plugin_keeps_the_contract": 16,
+HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12-05), heaviest first
+    "tests/test_soak.py::test_chaos_soak": 79,
+    "tests/test_soak.py::test_kill_9_soak": 70,  # 133 before its reference ran beside it
+    "tests/test_rank_faults.py::test_a_rank_that_stops_answering": 72,
+    "tests/test_preemption.py::test_a_preempted_ray_cell": 50,
+    "tests/test_preemption.py::test_sigterm_preempts": 46,
+    "tests/test_executors.py::test_two_runs_of_one_grid_share_the_work": 42,
+    "tests/test_rank_faults.py::test_a_grid_of_cold_cache_two_rank_cells": 39,
+    "tests/test_real_checkpoint.py": 36,  # one grid of 16 cells, shared by the module
+    "tests/test_preemption.py::test_a_preempted_slurm_job": 34,
+    "tests/test_rank_faults.py::test_a_rank_killed_mid_step": 30,
+    "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 29,
+    "tests/test_rank_faults.py::test_a_rank_that_raises_alone": 27,
+    "tests/test_distributed.py::test_resume_at_world_size_2_is_bitwise": 24,  # 3 resumes, 2 launches
+    "tests/test_executors.py::test_executor_runs_every_cell": 19,  # each of local, Ray, Slurm
+    "tests/test_losscheck.py::test_the_readme_walkthrough": 21,
+    "tests/test_executors.py::test_a_full_disk_mid_grid": 20,
+    "tests/test_distributed.py::test_learning_curve": 19,
+    "tests/test_online_invariance.py": 18,  # one module fixture: two launches side by side
+    "tests/test_plugins.py::test_published_plugin_round_trip": 18,
+    "tests/test_checkpoint.py::test_an_asynchronous_run_resumes_at_its_round": 18,
+    "tests/test_executors.py::test_kill_minus_9_then_resume": 16,
+    "tests/test_losscheck.py::test_the_full_check_trains_a_builtin": 8,
+    "tests/test_warm_worker.py::test_a_cell_in_a_warm_worker_is_the_cell_in_a_fresh_process": 15,
+    "tests/test_warm_worker.py::test_a_preparation_in_a_warm_worker": 14,
+    "tests/test_distributed.py::test_": 12,  # each of the others: one or two launches
+    "tests/test_warm_worker.py::test_a_worker_is_retired": 13,
+    "tests/test_cli.py::test_nan_loss_fails_its_run": 13,
+    "tests/test_cli_literal.py::test_a_cell_error_full_of_brackets": 13,
+    "tests/test_sources.py::test_delayed_at_s0_is_the_sync_loop_bit_for_bit": 11,
+    "tests/test_rank_faults.py::test_two_ranks_building_one_cold_reference_cache": 10,
+    "tests/test_executors.py::test_ctrl_c_stops_the_grid": 10,
+    "tests/test_warm_worker.py::test_a_worker_that_dies_fails_only_its_cell": 10,
+    "tests/test_grid_report.py::test_a_grid_run_and_its_status_end_with_the_report": 10,
+    "tests/test_losscheck.py::test_the_example_plugin_keeps_the_contract": 7,
+    "tests/test_memory.py::test_the_grid_goes_on_after_a_cell_runs_out_of_memory": 6,
+    "tests/test_vllm_backend.py::test_training_on_each_backend_learns": 2,
 }
 
 
