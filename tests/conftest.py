@@ -65,11 +65,10 @@ HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12
     "tests/test_rank_faults.py::test_a_rank_killed_mid_step": 30,
     "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 29,
     "tests/test_rank_faults.py::test_a_rank_that_raises_alone": 27,
-    "tests/test_distributed.py::test_resume_at_world_size_2_is_bitwise": 24,  # 3 resumes, 2 launches
+    "tests/test_distributed.py": 60,  # one module fixture (2 launches) and the resumes (2 launches)
     "tests/test_executors.py::test_executor_runs_every_cell": 19,  # each of local, Ray, Slurm
     "tests/test_losscheck.py::test_the_readme_walkthrough": 21,
     "tests/test_executors.py::test_a_full_disk_mid_grid": 20,
-    "tests/test_distributed.py::test_learning_curve": 19,
     "tests/test_online_invariance.py": 18,  # one module fixture: two launches side by side
     "tests/test_plugins.py::test_published_plugin_round_trip": 18,
     "tests/test_checkpoint.py::test_an_asynchronous_run_resumes_at_its_round": 18,
@@ -77,7 +76,6 @@ HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12
     "tests/test_losscheck.py::test_the_full_check_trains_a_builtin": 8,
     "tests/test_warm_worker.py::test_a_cell_in_a_warm_worker_is_the_cell_in_a_fresh_process": 15,
     "tests/test_warm_worker.py::test_a_preparation_in_a_warm_worker": 14,
-    "tests/test_distributed.py::test_": 12,  # each of the others: one or two launches
     "tests/test_warm_worker.py::test_a_worker_is_retired": 13,
     "tests/test_cli.py::test_nan_loss_fails_its_run": 13,
     "tests/test_cli_literal.py::test_a_cell_error_full_of_brackets": 13,

@@ -58,64 +58,79 @@ def run_jobs(model_dir, jobs: list[dict], nproc=1, expect_rc=0) -> list[dict | N
     return [torch.load(o, weights_only=True) if o.exists() else None for o in outs]
 
 
-def run_worker(tmp_path, model_dir, method, zero, batch, accum, steps, nproc=1, env_extra=None, expect_rc=0):
-    """One run in a launch of its own."""
-    one = job(method, zero, batch, accum, steps, where=tmp_path, env=env_extra, tag=f"-n{nproc}")
-    return run_jobs(model_dir, [one], nproc, expect_rc)[0]
-
-
 def assert_same_params(a, b, atol):
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=atol, msg=lambda m, k=k: f"{k}: {m}")
 
 
-def test_zero3_equals_zero0_at_world_size_1(tmp_path, micro_model_dir):
-    z0, z3 = run_jobs(micro_model_dir, [job("dpo", z, 4, 1, 2, where=tmp_path) for z in (0, 3)])
+# The module's runs, by name: (world size, method, ZeRO stage, batch, steps, settings). They run once per
+# module, in two launches (one process, one torchrun world of 2) instead of one or two per test.
+RUNS = {
+    "dpo-z0": (1, "dpo", 0, 4, 2, {}),
+    "dpo-z3": (1, "dpo", 3, 4, 2, {}),
+    "dpo-z0-b8": (1, "dpo", 0, 8, 2, {}),
+    "curve-z0": (1, "sgrpo", 0, 4, 2, {"CURVE_EVERY": "16"}),
+    "curve-z3": (1, "sgrpo", 3, 4, 2, {"CURVE_EVERY": "16"}),
+    "two-dpo-z3": (2, "dpo", 3, 4, 2, {}),
+    "two-sgrpo-z2": (2, "sgrpo", 2, 4, 2, {}),
+    "two-full-z3": (2, "sgrpo", 3, 4, 2, {}),
+    "two-shared-z3": (2, "sgrpo", 3, 4, 2, {"SHARE_PROMPT": "1"}),
+    "two-curve-z3": (2, "sgrpo", 3, 4, 2, {"CURVE_EVERY": "16"}),
+    "two-delayed-z3": (2, "sgrpo", 3, 4, 3, {"DELAYED_S": "1"}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, micro_model_dir) -> dict[str, dict]:
+    """Every run of :data:`RUNS`: its saved result, plus its learning-curve rows under ``"curve"``."""
+    where = tmp_path_factory.mktemp("distributed")
+    jobs = {name: job(m, z, b, 1, steps, where=where, env=env, tag=f"-{name}")
+            for name, (_, m, z, b, steps, env) in RUNS.items()}  # fmt: skip
+    out = {}
+    for nproc in (1, 2):
+        names = [name for name, spec in RUNS.items() if spec[0] == nproc]
+        out |= dict(zip(names, run_jobs(micro_model_dir, [jobs[n] for n in names], nproc=nproc)))
+    for name, res in out.items():
+        curve = Path(jobs[name]["args"][-1]).with_suffix(".curve.jsonl")
+        if curve.exists():
+            res["curve"] = [json.loads(line) for line in curve.read_text().splitlines()]
+    return out
+
+
+def test_zero3_equals_zero0_at_world_size_1(runs):
+    z0, z3 = runs["dpo-z0"], runs["dpo-z3"]
     assert z3["steps"] == 2
     assert_same_params(z0["params"], z3["params"], atol=1e-6)
 
 
-def test_two_ranks_zero3_equal_one_rank_double_batch(tmp_path, micro_model_dir):
-    one = run_worker(tmp_path, micro_model_dir, "dpo", 0, 8, 1, 2)
-    two = run_worker(tmp_path, micro_model_dir, "dpo", 3, 4, 1, 2, nproc=2)
+def test_two_ranks_zero3_equal_one_rank_double_batch(runs):
+    one, two = runs["dpo-z0-b8"], runs["two-dpo-z3"]
     assert two["world"] == 2
     assert_same_params(one["params"], two["params"], atol=2e-6)
 
 
-def test_online_loop_at_world_size_2_zero2(tmp_path, micro_model_dir):
-    res = run_worker(tmp_path, micro_model_dir, "sgrpo", 2, 4, 1, 2, nproc=2)
+def test_online_loop_at_world_size_2_zero2(runs):
+    res = runs["two-sgrpo-z2"]
     assert res["steps"] == 2 and res["world"] == 2
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res["history"])
 
 
-def test_shared_prompt_forward_under_zero3_at_world_size_2(tmp_path, micro_model_dir):
+def test_shared_prompt_forward_under_zero3_at_world_size_2(runs):
     """Two forwards (prompts, then completions on their cache) before one backward, with ZeRO-3's
     partitioned parameters gathered per forward: the same steps as the full forward, to rounding."""
-    runs = [job("sgrpo", 3, 4, 1, 2, where=tmp_path, tag=f"-{what}", env=env)
-            for what, env in (("full", {}), ("shared", {"SHARE_PROMPT": "1"}))]  # fmt: skip
-    full, shared = run_jobs(micro_model_dir, runs, nproc=2)
+    full, shared = runs["two-full-z3"], runs["two-shared-z3"]
     assert shared["world"] == 2 and shared["steps"] == 2
     assert_same_params(full["params"], shared["params"], atol=1e-6)
 
 
-def curve_rows(model_dir, runs: list[tuple[int, int]], where: Path) -> list[list[dict]]:
-    """The learning-curve rows of sgrpo runs at (ZeRO stage, world size) ``runs``, one launch per world size."""
-    curve = {"CURVE_EVERY": "16"}
-    jobs = {run: job("sgrpo", run[0], 4, 1, 2, where=where, env=curve, tag=f"-n{run[1]}") for run in runs}
-    for nproc in sorted({n for _, n in runs}):
-        mine = [r for r in runs if r[1] == nproc]
-        assert all(out["world"] == nproc for out in run_jobs(model_dir, [jobs[r] for r in mine], nproc=nproc))
-    paths = [Path(jobs[r]["args"][-1]).with_suffix(".curve.jsonl") for r in runs]
-    return [[json.loads(line) for line in p.read_text().splitlines()] for p in paths]
-
-
-def test_learning_curve_under_zero_stages_and_ranks(tmp_path, micro_model_dir):
+def test_learning_curve_under_zero_stages_and_ranks(runs):
     """eval.every = 16 rollouts, 2 rounds of 4 prompts x 4: points at 0, 16 and 32 rollouts. The weights
     a point evaluates are gathered from every rank (collectively under ZeRO-3): at world size 1, ZeRO-3
     evaluates the very weights ZeRO-0 does; at world size 2 (ZeRO-3) the points fall at the same
     compute, counted over both ranks, and the base point sees the same weights."""
-    z0, z3, two = curve_rows(micro_model_dir, [(0, 1), (3, 1), (3, 2)], tmp_path)
+    z0, z3, two = (runs[name]["curve"] for name in ("curve-z0", "curve-z3", "two-curve-z3"))
+    assert runs["two-curve-z3"]["world"] == 2
     for rows in (z0, z3, two):
         assert [r["rollouts"] for r in rows] == [0, 16, 32] and [r["step"] for r in rows] == [0, 1, 2]
     for a, b in zip(z0, z3):
@@ -125,10 +140,10 @@ def test_learning_curve_under_zero_stages_and_ranks(tmp_path, micro_model_dir):
     assert two[0]["checksum"] == z0[0]["checksum"]
 
 
-def test_delayed_source_at_world_size_2_zero3(tmp_path, micro_model_dir):
+def test_delayed_source_at_world_size_2_zero3(runs):
     """The delayed source's snapshots are gathered from both ranks under ZeRO-3: at S = 1 over 3 rounds
     the learner sees lags 0, 1, 1."""
-    res = run_worker(tmp_path, micro_model_dir, "sgrpo", 3, 4, 1, 3, nproc=2, env_extra={"DELAYED_S": "1"})
+    res = runs["two-delayed-z3"]
     assert res["world"] == 2 and [h["staleness_max"] for h in res["history"]] == [0, 1, 1]
 
 
