@@ -563,6 +563,10 @@ class EvalConfig(Strict):
     # (disjoint from the RL prompts and the test split): greedy strict/verified, avg/best/worst@k
     every: int | None = added(None)
     n_val: int = added(100)
+    # the grader of the sampled metrics (avg/best/worst@k, correct_counts): strict wants the graded
+    # answer line; flexible takes the last number, so a study that rewards flexibly (online.reward_grader)
+    # can measure sharpening and coverage of the answer rather than of the format
+    sampled_grader: Literal["strict", "flexible"] = added("strict")
     # generation for evaluation: lean (oxbench's decode loop; greedy ids equal HF generate's), hf
     backend: Literal["hf", "lean"] = added("hf", now="lean")
     lm_eval: LmEvalConfig = added(LmEvalConfig())

@@ -280,3 +280,31 @@ def test_lm_eval_agreement_cases_are_not_all_one_verdict():
 def test_documented_deviations_from_lm_eval(completion, reference, mode, ours, lm_eval):
     assert is_correct(completion, reference, mode) is ours
     assert lm_eval_correct(completion, reference, mode) is lm_eval
+
+
+def test_the_sampled_metrics_grade_with_eval_sampled_grader(monkeypatch):
+    """avg/best/worst@k count what ``eval.sampled_grader`` accepts: strict wants the ``####`` line;
+    flexible takes the last number, so a sentence answer counts (issue 27.3: a study that rewards
+    flexibly measures sharpening of the answer, not of the format). Strict leaves run_ids unchanged."""
+    from oxbench.config import RunConfig
+    from oxbench.eval import evaluate as E
+
+    samples = ["so 3 + 4 = 7\n#### 7", "the answer is 7", "#### 8"]  # strict 1 of 3, flexible 2 of 3
+    monkeypatch.setattr(E, "generate", lambda model, tok, prompts, **kw: [samples for _ in prompts])
+    monkeypatch.setattr(E, "format_prompt", lambda tok, q: q)
+    monkeypatch.setattr(E, "eval_batch_size", lambda cfg, model: 8)
+    monkeypatch.setattr(E, "eval_backend", lambda cfg, model: "hf")
+    rows = [{"question": "3 + 4?", "answer": "3 + 4 = 7\n#### 7"}] * 2
+    counts = {}
+    for grader in ("strict", "flexible"):
+        cfg = RunConfig(method="sft", eval={"k": 2, "n_samples": 3, "sampled_grader": grader})
+        got = E.sampled_metrics(None, None, rows, cfg, seed=0, per_problem=True)
+        counts[grader] = got["correct_counts"]
+        assert got["avg_at_2"] == pytest.approx(counts[grader][0] / 3)
+    assert counts == {"strict": [1, 1], "flexible": [2, 2]}
+    strict = RunConfig(method="sft", eval={"sampled_grader": "strict"})
+    assert (
+        strict.run_id()
+        == RunConfig(method="sft").run_id()
+        != RunConfig(method="sft", eval={"sampled_grader": "flexible"}).run_id()
+    )

@@ -214,7 +214,9 @@ def sampled_metrics(
         progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
         backend=eval_backend(cfg, model),
     )
-    counts = [sum(is_correct(c, r["answer"]) for c in comps) for comps, r in zip(outs, rows)]
+    counts = [
+        sum(is_correct(c, r["answer"], e.sampled_grader) for c in comps) for comps, r in zip(outs, rows)
+    ]
     m = len(rows)
     return {
         f"avg_at_{k}": sum(c / n for c in counts) / m,
