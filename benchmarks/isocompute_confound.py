@@ -1,7 +1,7 @@
 """IsoCompute without the confound of n with the number of updates M (issue 27.2), from the records only.
 
     python benchmarks/isocompute_confound.py [results/isocompute results/isocompute_warmup10 ...]
-        [--out results/isocompute_confound]
+        [--out results/isocompute_confound] [--metric accuracy_flexible]
 
 Per grid and subset, at the largest compute every run reached: the fixed-batch comparisons (the larger
 B_p against the larger n at one B = B_p · n: same M, same learning rate; wins and an exact sign test
@@ -26,16 +26,24 @@ from analysis.isocompute_report import reward_metric
 GRIDS = ("results/isocompute", "results/isocompute_warmup10", "results/isocompute_wide")
 
 
-def grid_summary(root: str) -> dict:
-    """Every number of one grid (module doc)."""
+def grid_summary(root: str, metric: str | None = None) -> dict:
+    """Every number of one grid (module doc); ``metric``: the curves' column the reward comparisons use
+    (default avg@k, the paper's validation reward)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         curves = iso.load_curves(root)
-    metric, k = reward_metric(curves)
+    default, k = reward_metric(curves)
+    metric = metric or default
     c = float(curves.groupby("run_id")["rollouts"].max().min())
     at = iso.at_compute(curves, c)
     pairs = ic.fixed_batch_pairs(at, metric)
+    cfg = json.loads(next(Path(root).rglob("run.json")).read_text())["config"]
+    graders = {
+        "reward": cfg["online"].get("reward_grader", "strict"),
+        "sampled": cfg["eval"].get("sampled_grader", "strict"),
+    }
     out = {"grid": Path(root).name, "metric": metric, "k": k, "C": c, "runs": int(curves["run_id"].nunique()),
+           "graders": graders,
            "pairs": pairs.to_dict("records"), "sign_test": ic.sign_test(pairs) if len(pairs) else None,
            "raw_best": ic.raw_best(at, metric).to_dict("records"),
            "fixed_batch_problems": ic.fixed_batch_problems(at, k=k), "versus_base": ic.versus_base(curves, c, k=k),
@@ -82,6 +90,10 @@ def grid_markdown(s: dict) -> list[str]:
         s["k"],
         [f"## {s['grid']} ({s['runs']} runs; matched compute C = {s['C']:,.0f}; reward {s['metric']})", ""],
     )
+    g = s.get("graders", {"reward": "strict", "sampled": "strict"})
+    lines += [f"Rollouts rewarded by the {g['reward']} grader; best@{k} / worst@{k} graded {g['sampled']}"
+              + (" (**not the reward's grader: they measure the answer line, not the answer**)" if g["reward"] != g["sampled"]
+                 else "") + ".", ""]  # fmt: skip
     if s["sign_test"]:
         t = s["sign_test"]
         lines += [f"**Fixed batch** (same B = B_p · n, so the same M and learning rate): the larger B_p beats the larger "
@@ -114,8 +126,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("roots", nargs="*", default=list(GRIDS))
     ap.add_argument("--out", type=Path, default=Path("results/isocompute_confound"))
+    ap.add_argument("--metric", help="the reward column (default avg@k); e.g. accuracy_flexible")
     args = ap.parse_args()
-    summaries = [grid_summary(r) for r in args.roots]
+    summaries = [grid_summary(r, args.metric) for r in args.roots]
     lines = ["# IsoCompute without the confound of n with M", "",
              "Written by `python benchmarks/isocompute_confound.py` from the committed records only. At a fixed "
              "budget C = B_p · n · M a larger n means fewer updates M, so a comparison of n at matched C is also one "
