@@ -55,6 +55,18 @@ def shared_runs(labels: pd.DataFrame) -> pd.DataFrame:
 CORRECTION_KEYS = ("loss.is_correction", "loss.is_cap", "online.ess_lr")
 
 
+#: What a correction key means where an arm leaves it out: the study method's defaults (sgrpo's coupled clip).
+CORRECTION_DEFAULTS = {"loss.is_correction": "none", "loss.is_cap": None, "online.ess_lr": "none"}
+
+
+def canonical_correction(arm: str) -> str:
+    """The correction an arm (JSON) runs, spelled alike whichever keys its grid varied: every key of
+    :data:`CORRECTION_KEYS`, the defaults filled in. A follow-up grid that varies no correction, or that
+    pins seeds and rates in its variants, pools with the study it adds seeds to."""
+    items = json.loads(arm)
+    return " ".join(f"{k}={items.get(k, CORRECTION_DEFAULTS[k])}" for k in sorted(CORRECTION_KEYS))
+
+
 def on_policy_arm(arm: str) -> str | None:
     """An arm (JSON, the ``arm`` column of the labels) without its correction keys (:data:`CORRECTION_KEYS`);
     None when the arm names no correction (a grid that does not vary one: nothing to merge)."""

@@ -225,6 +225,7 @@ def main() -> None:
     scaled = labels[labels["ess_lr"] == "none"]
     assert (scaled["step_scale"].dropna() == 1.0).all(), "lr_effective != the scheduled lr without ess_lr"
     runs = labels[labels["directory"].isin(STUDY)]  # the study and the seeds added to it (issue 27.1)
+    runs = runs.assign(correction=runs["arm"].map(sr.canonical_correction))  # one name per correction
     table = eta_tables(runs)
     slope_rows, comps = slopes(runs, table, args.boot), comparisons(table)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -175,3 +175,14 @@ def test_on_the_committed_records_s0_is_eight_runs_and_eta_max_falls_to_the_grid
     s0 = table[table["S"] == 0]
     assert (s0["eta_max"] == s0["eta_max"].iloc[0]).all() and (s0["shared"] == 3).all()
     assert (table.loc[table["S"] == 8, "eta_max"] <= 1.8e-4 + 1e-12).all()
+
+
+def test_a_follow_up_grid_pools_with_its_study_under_one_correction_name():
+    """A grid that varies no correction (its arm names none) runs the coupled clip; one that pins seeds
+    or rates in its variants runs the correction its keys name: each spelled as the study spells it."""
+    study = {"loss.is_cap": None, "loss.is_correction": "none", "online.ess_lr": "none", "train.lr": 1e-4}
+    plain = {"method": "sgrpo", "online.staleness": 1, "train.lr": 2.4e-4}
+    tis = {"loss.is_cap": 2.0, "loss.is_correction": "tis_token", "seed": 3, "train.lr": 1e-4}
+    names = [sr.canonical_correction(json.dumps(a)) for a in (study, plain, tis)]
+    assert names[0] == names[1] == "loss.is_cap=None loss.is_correction=none online.ess_lr=none"
+    assert names[2] == "loss.is_cap=2.0 loss.is_correction=tis_token online.ess_lr=none"
