@@ -2,7 +2,7 @@
 
     python benchmarks/skill_gain.py results/isocompute_flexible [--metric accuracy_verified_flexible]
 
-Per arm (the record's ``arm``: every axis but the seed): the change in ``metric`` on the test set over
+Per arm (every axis but the seed): the change in ``metric`` on the test set over
 the base's greedy value, in points, per seed; a one-sample t-test against 0 (the base is one
 deterministic greedy evaluation; unit: seeds), and Holm's correction over the arms (picking the best
 arm after the fact needs it). Then every run pooled, the allocation a nuisance (unit: runs).
@@ -12,26 +12,25 @@ The target: at least one arm ≥ 5 points with p < 0.01 over ≥ 3 seeds.
 from __future__ import annotations
 
 import argparse
-import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from analysis import load_runs
 from analysis.stats import adjust_pvalues
 
 
 def gains(root: Path, metric: str) -> dict[str, list[float]]:
-    """Arm (as JSON) -> the finished runs' changes over the base, in points, in seed order."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for f in sorted(root.glob("*/run.json")):
-        rec = json.loads(f.read_text())
-        if rec["status"] != "finished":
-            continue
-        m = rec["metrics"]
-        arm = json.dumps({k: v for k, v in rec["arm"].items() if k not in ("scale", "lora")})
-        out.setdefault(arm, []).append((rec["seed"], 100 * (m[metric] - m[f"base_{metric}"])))
-    return {arm: [d for _, d in sorted(v)] for arm, v in out.items()}
+    """Arm -> its finished runs' changes over the base, in points, in seed order (the records as
+    :func:`analysis.load_runs` reads them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = load_runs(root)
+    runs = runs[runs["status"] == "finished"].sort_values("seed")
+    delta = 100 * (runs[metric] - runs[f"base_{metric}"])
+    return {arm: [float(d) for d in g] for arm, g in delta.groupby(runs["arm"], sort=False)}
 
 
 def table(by_arm: dict[str, list[float]]) -> list[dict]:
