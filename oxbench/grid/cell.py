@@ -18,7 +18,7 @@ from pathlib import Path
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import signals_handled
-from oxbench.grid.runner import run_cell
+from oxbench.grid.runner import prepare_shared, run_cell
 from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir
 from oxbench.plugins import load_env_plugins
 
@@ -26,15 +26,19 @@ from oxbench.plugins import load_env_plugins
 def main(argv: list[str]) -> int:
     load_env_plugins()
     if argv[0] == "--prepare":
-        from oxbench.grid.runner import prepare_shared
-
-        prepare_shared(RunConfig(**json.loads(Path(argv[1]).read_text())), verbose=True)
+        prepare(Path(argv[1]))
         return 0
     rec = run_locked(RunConfig(**json.loads(Path(argv[0]).read_text())), Path(argv[1]))
     D.shutdown()
     if rec is None:
         return LOCKED_EXIT
     return 0 if rec["status"] == "finished" else 1
+
+
+def prepare(cfg_file: Path) -> None:
+    """The shared work of the cell whose config is ``cfg_file``, with its progress lines (``--prepare``,
+    and the warm worker's ``prepare`` job)."""
+    prepare_shared(RunConfig(**json.loads(Path(cfg_file).read_text())), verbose=True)
 
 
 def run_locked(cfg: RunConfig, out: Path) -> dict | None:

@@ -44,13 +44,12 @@ def run_prepare(job: dict) -> dict:
     replaces had); a failure leaves its traceback in the log and answers with its last line."""
     import torch
 
-    from oxbench.config import RunConfig
-    from oxbench.grid.runner import prepare_shared
+    from oxbench.grid.cell import prepare
 
     threads = torch.get_num_threads()
     torch.set_num_threads(int(job["threads"]))
     try:
-        prepare_shared(RunConfig(**json.loads(Path(job["prepare"]).read_text())), verbose=True)
+        prepare(Path(job["prepare"]))
         return {"status": "prepared"}
     except Exception as exc:  # the grid goes on: the cells fail with the full error in their records
         traceback.print_exc()
