@@ -400,18 +400,19 @@ class _LocalPool:
         # preparations run side by side only with each other (cells wait for theirs): share the cores
         # among them (a lone base model pre-trains on every core; its weights are the same either way)
         share = min(max(1, self.workers), len(self.groups))
-        todo = [c for c in group if not is_prepared(c)]
-        if not todo:
+        need = [not is_prepared(c) for c in group]
+        if not any(need):
             return [(c, 0.0, None) for c in group]
-        if self.nproc > 1 or not self.warm:
-            made = {id(c): _prepare_one(c, self.out, share) for c in todo}
-        else:
-            w = self.idle.get()
-            try:
-                made = {id(c): w.prepare(c, self.out, share) for c in todo}
-            finally:
+        w = None if self.nproc > 1 or not self.warm else self.idle.get()  # a warm slot, as run_cell uses
+
+        def make(c: RunConfig) -> tuple[float, str | None]:
+            return _prepare_one(c, self.out, share) if w is None else w.prepare(c, self.out, share)
+
+        try:
+            return [(c, *(make(c) if n else (0.0, None))) for c, n in zip(group, need)]
+        finally:
+            if w is not None:
                 self.idle.put(w)
-        return [(c, *made.get(id(c), (0.0, None))) for c in group]
 
     def run_cell(self, c: RunConfig) -> dict:
         try:
