@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import torch
 from helpers import cfg_for, length_parity_reward, rows_for
@@ -38,13 +39,8 @@ def main(argv: list[str]) -> None:
     jobs = json.loads(Path(argv[1]).read_text()) if argv[0] == "--jobs" else [{"args": argv, "env": {}}]
     preempted = False
     for job in jobs:
-        saved = {k: os.environ.get(k) for k in job["env"]}
-        os.environ.update(job["env"])
-        try:
+        with mock.patch.dict(os.environ, job["env"]):  # this run's settings, restored after it
             preempted |= run(*job["args"])
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     D.shutdown()
     D.exit_process(4 if preempted else 0)
 
