@@ -302,6 +302,10 @@ class DataConfig(Strict):
     # sample either way, and a prompt whose samples all score as high as the chosen one gives no pair.
     # gold makes pairs even from a base that never answers right (a random model, a new checkpoint).
     chosen_source: Literal["self_play", "gold"] = added("self_play")
+    # the grader that scores self-play samples (and so picks each pair): strict (the reference study:
+    # the graded "####" line) or flexible (the last number, whatever the answer line looks like: pairs
+    # that differ in skill, not format, for a base whose format is already accepted)
+    self_play_grader: Literal["strict", "flexible"] = added("strict")
     # online prompts by the base's difficulty (oxbench.data.difficulty): a SUBSETS name, or a mixture
     # {name: share} (shares sum to 1). None: every prompt.
     subset: str | dict[str, float] | None = added(None)

@@ -308,3 +308,28 @@ def test_the_sampled_metrics_grade_with_eval_sampled_grader(monkeypatch):
         == RunConfig(method="sft").run_id()
         != RunConfig(method="sft", eval={"sampled_grader": "flexible"}).run_id()
     )
+
+
+def test_self_play_scores_with_data_self_play_grader(monkeypatch, tmp_path):
+    """Self-play samples, and so the pairs chosen from them, are scored by ``data.self_play_grader``:
+    flexible accepts a sentence answer, so a base whose format is already accepted gets pairs that
+    differ in the number (issue 27.4). Strict keeps the cache key and the run_id it had before."""
+    from oxbench.config import RunConfig
+    from oxbench.data import pipeline
+
+    monkeypatch.setenv("OXBENCH_CACHE", str(tmp_path))
+    samples = ["so 3 + 4 = 7\n#### 7", "the answer is 7", "#### 8"]
+    monkeypatch.setattr(pipeline, "generate", lambda model, tok, prompts, **kw: [samples for _ in prompts])
+    monkeypatch.setattr(pipeline, "format_prompt", lambda tok, q: q)
+    rows = [{"id": "p0", "question": "3 + 4?", "answer": "3 + 4 = 7\n#### 7"}]
+    kw = dict(k=3, temperature=1.0, seed=0, max_new_tokens=8, cache_key={"model": "m"}, verbose=False)
+    strict = pipeline.self_play(None, None, rows, **kw)
+    flexible = pipeline.self_play(None, None, rows, grader="flexible", **kw)
+    assert strict["samples"][0]["scores"] == [1.0, 0.0, 0.0]
+    assert flexible["samples"][0]["scores"] == [1.0, 1.0, 0.0]
+    assert pipeline.self_play(None, None, rows, grader="strict", **kw)["key"] == strict["key"] != flexible["key"]
+    pairs, _ = pipeline.preference_pairs(flexible["samples"])
+    assert (pairs[0]["chosen"], pairs[0]["rejected"]) == (samples[0], samples[2])
+    base = RunConfig(method="dpo")
+    assert base.run_id() == RunConfig(method="dpo", data={"self_play_grader": "strict"}).run_id()
+    assert base.run_id() != RunConfig(method="dpo", data={"self_play_grader": "flexible"}).run_id()

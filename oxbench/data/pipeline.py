@@ -1,8 +1,9 @@
 """The data every arm of a grid shares: gold SFT rows, self-play samples, pairs, RFT, unpaired.
 
 Self-play follows the reference study: sample ``k`` completions per training prompt from the
-base model at temperature ``T``, score each with the strict grader; the preference pair is the
-first correct vs the first incorrect completion; prompts whose completions all score the same
+base model at temperature ``T``, score each with the strict grader (``data.self_play_grader``:
+flexible scores the last number instead); the preference pair is the first correct vs the first
+incorrect completion; prompts whose completions all score the same
 are dropped (and counted). With ``data.chosen_source: gold`` the chosen response is the gold
 answer instead (against the first incorrect completion; prompts with none are dropped). RFT
 trains on the chosen completions; KTO sees each pair as one desirable and one undesirable
@@ -42,9 +43,12 @@ def self_play(
     seed: int,
     max_new_tokens: int,
     cache_key: dict,
+    grader: str = "strict",
     verbose: bool = True,
 ) -> dict:
-    """``{"samples": [{"id", "question", "answer", "completions", "scores"}], "key": ...}``, cached."""
+    """``{"samples": [{"id", "question", "answer", "completions", "scores"}], "key": ...}``, cached.
+    ``grader`` scores the samples; the strict one, the reference study's, keeps the key it had before
+    the setting existed."""
     key = content_hash(
         {
             "v": SELF_PLAY_VERSION,
@@ -55,6 +59,7 @@ def self_play(
             "ids": [r["id"] for r in rows],
             "questions": content_hash([r["question"] for r in rows]),
             **cache_key,
+            **({} if grader == "strict" else {"grader": grader}),
         }
     )
     path = self_play_path(key)
@@ -74,7 +79,7 @@ def self_play(
     )
     samples = []
     for r, comps in zip(rows, outs):
-        scores = [float(is_correct(c, r["answer"])) for c in comps]
+        scores = [float(is_correct(c, r["answer"], mode=grader)) for c in comps]
         samples.append(
             {
                 "id": r["id"],

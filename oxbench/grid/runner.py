@@ -140,6 +140,7 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
             seed=cfg.seeds()["sampling"],
             max_new_tokens=d.max_new_tokens,
             cache_key={**base_key, "task": cfg.task.hash_view()},
+            grader=d.self_play_grader,
             verbose=verbose,
         )
     )
