@@ -327,7 +327,9 @@ def test_self_play_scores_with_data_self_play_grader(monkeypatch, tmp_path):
     flexible = pipeline.self_play(None, None, rows, grader="flexible", **kw)
     assert strict["samples"][0]["scores"] == [1.0, 0.0, 0.0]
     assert flexible["samples"][0]["scores"] == [1.0, 1.0, 0.0]
-    assert pipeline.self_play(None, None, rows, grader="strict", **kw)["key"] == strict["key"] != flexible["key"]
+    assert (
+        pipeline.self_play(None, None, rows, grader="strict", **kw)["key"] == strict["key"] != flexible["key"]
+    )
     pairs, _ = pipeline.preference_pairs(flexible["samples"])
     assert (pairs[0]["chosen"], pairs[0]["rejected"]) == (samples[0], samples[2])
     base = RunConfig(method="dpo")
