@@ -55,16 +55,14 @@ def micro_model_dir(tmp_path_factory):
 HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12-05), heaviest first
     "tests/test_soak.py::test_chaos_soak": 79,
     "tests/test_soak.py::test_kill_9_soak": 70,  # 133 before its reference ran beside it
-    "tests/test_rank_faults.py::test_a_rank_that_stops_answering": 72,
+    "tests/test_rank_fault_cells.py": 60,  # one grid, three faults (three grids of 72, 30 and 27 s before)
     "tests/test_preemption.py::test_a_preempted_ray_cell": 50,
     "tests/test_preemption.py::test_sigterm_preempts": 46,
     "tests/test_executors.py::test_two_runs_of_one_grid_share_the_work": 42,
     "tests/test_rank_faults.py::test_a_grid_of_cold_cache_two_rank_cells": 39,
     "tests/test_real_checkpoint.py": 36,  # one grid of 16 cells, shared by the module
     "tests/test_preemption.py::test_a_preempted_slurm_job": 34,
-    "tests/test_rank_faults.py::test_a_rank_killed_mid_step": 30,
     "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 29,
-    "tests/test_rank_faults.py::test_a_rank_that_raises_alone": 27,
     "tests/test_distributed.py": 60,  # one module fixture (2 launches) and the resumes (2 launches)
     "tests/test_executors.py::test_executor_runs_every_cell": 19,  # each of local, Ray, Slurm
     "tests/test_losscheck.py::test_the_readme_walkthrough": 21,
