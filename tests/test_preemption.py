@@ -44,19 +44,18 @@ def _losses(run_dir) -> list[float]:
 
 def test_sigterm_preempts_the_running_cell_and_the_rerun_resumes_it_bitwise(tmp_path, micro_model_dir):
     grid, env = _grid(tmp_path, micro_model_dir)
-    whole = _start(grid, tmp_path / "whole", env)
-    assert whole.wait(timeout=600) == 0, whole.stderr.read()[-2000:]
-    (run_id,) = records(tmp_path / "whole")
-    ref = tmp_path / "whole" / "ex" / run_id
-
     out = tmp_path / "out"
-    d = out / "ex" / run_id
+    whole = _start(grid, tmp_path / "whole", env)  # the never-stopped reference, beside: its steps sleep
     proc = _start(grid, out, env)
     deadline = time.time() + 300
-    while time.time() < deadline and not (d / "checkpoints" / "step-00000002").is_dir():
+    while time.time() < deadline and not list(out.glob("ex/*/checkpoints/step-00000002")):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)  # the grid's process only, as a scheduler's `kill -TERM` would
     _, err = proc.communicate(timeout=120)
+    assert whole.wait(timeout=600) == 0, whole.stderr.read()[-2000:]
+    (run_id,) = records(tmp_path / "whole")
+    ref = tmp_path / "whole" / "ex" / run_id
+    d = out / "ex" / run_id
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "stopped by SIGTERM: 1 cell(s) preempted" in err
     rec = records(out)[run_id]
