@@ -355,10 +355,12 @@ def _styles(methods: Sequence[str]) -> dict[str, tuple[str, str]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _extra_metrics(arms: pd.DataFrame) -> list[tuple[str, str]]:
-    """(column, label) for OOD accuracy, each lm-eval task family and each best@k present in the runs."""
-    present = [c for c in arms.columns if c not in RUN_COLUMNS and arms[c].notna().any()]
-    honest = [("accuracy_verified", "verified (%)"), ("accuracy_flexible", "flexible (%)")]
+def _extra_metrics(arms: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
+    """(column, label) for the greedy accuracies the leaderboard does not rank by (strict, verified,
+    flexible, verified-flexible), OOD accuracy, each lm-eval task family and each best@k in the runs."""
+    present = [c for c in arms.columns if c not in RUN_COLUMNS and arms[c].notna().any() and c != metric]
+    honest = [("accuracy", "strict (%)"), ("accuracy_verified", "verified (%)"),
+              ("accuracy_flexible", "flexible (%)"), ("accuracy_verified_flexible", "verified-flexible (%)")]  # fmt: skip
     extra = [(c, label) for c, label in honest if c in present]
     extra += [(OOD, "OOD acc. (%)")] if OOD in present else []
     extra += [(c, f"{c.removeprefix('domain_')} (%)") for c in present if DOMAIN.fullmatch(c)]
@@ -368,7 +370,8 @@ def _extra_metrics(arms: pd.DataFrame) -> list[tuple[str, str]]:
 
 def _scale_sections(arms, summary, tests, scales, params, metric, baseline, style) -> list[dict]:
     extra = [
-        (label, summarize(arms, col).set_index(["scale", "method"])) for col, label in _extra_metrics(arms)
+        (label, summarize(arms, col).set_index(["scale", "method"]))
+        for col, label in _extra_metrics(arms, metric)
     ]
     paradigm = arms.groupby("method")["paradigm"].first()
     sections = []
@@ -396,7 +399,7 @@ def _scale_sections(arms, summary, tests, scales, params, metric, baseline, styl
                 ]
             )
         table.foot = _reference_rows(
-            arms[arms["scale"] == scale], metric, [c for c, _ in _extra_metrics(arms)]
+            arms[arms["scale"] == scale], metric, [c for c, _ in _extra_metrics(arms, metric)]
         )
         sections.append(
             {

@@ -23,7 +23,17 @@ from rich.text import Text
 
 from oxbench.grid.record import arm_label
 from oxbench.grid.runs import read_record, run_dir
-from oxbench.grid.spec import GridError, expand, load_grid, load_run_config
+from oxbench.grid.spec import (
+    REPORT_METRICS,
+    REPORT_OPTIONS,
+    GridError,
+    ReportOptions,
+    expand,
+    load_grid,
+    load_report_options,
+    load_run_config,
+)
+from oxbench.utils import write_json_atomic
 
 # Heavy libraries (torch, transformers, the engine) are imported only where a command trains or loads a
 # loss: --help, losses, --plan and every bad-input error read the loss registry's index
@@ -249,10 +259,10 @@ def run(
             records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
             _report_stopped(todo, out, stop.get("signal", "SIGINT"))
-    _grid_summary(g.name, cells, records, out)
+    _grid_summary(g.name, cells, records, out, g.report)
 
 
-def _grid_summary(name: str, cells, records: list[dict], out: Path) -> None:
+def _grid_summary(name: str, cells, records: list[dict], out: Path, report: ReportOptions) -> None:
     """After a grid: the leaderboard, one line per failed cell, the report; exit 1 on a failure (2 when
     every failure was bad input)."""
     done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
@@ -266,7 +276,7 @@ def _grid_summary(name: str, cells, records: list[dict], out: Path) -> None:
     for r in failed:
         err_console.print(tagged("failed", "red", f"{r.get('run_id')}: {r.get('error')}"), soft_wrap=True)
     if any(r.get("status") == "finished" for r in done):
-        _report_and_say(out / name)
+        _report_and_say(out / name, report)
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
 
@@ -587,12 +597,17 @@ def status(
         _report_and_say(directory)
 
 
-def _report_and_say(directory: Path) -> None:
-    """Write ``directory/report.html`` and print where it is and how to open it. A report that cannot
-    be written is a warning line: the records are what a run produces; the report is read from them."""
+def _report_and_say(directory: Path, options: ReportOptions | None = None) -> None:
+    """Write ``directory/report.html`` and print where it is and how to open it. ``options``: a grid's
+    (saved beside its records for later reports); None: those saved, else the defaults. A report that
+    cannot be written is a warning line: the records are what a run produces; the report is read from
+    them."""
     try:
-        path = _write_report(directory)
-    except (ValueError, OSError) as exc:
+        if options is not None:
+            write_json_atomic(directory / REPORT_OPTIONS, options.model_dump())
+        options = options or load_report_options(directory) or ReportOptions()
+        path = _write_report(directory, options.baseline, metric=options.metric)
+    except (ValueError, OSError, GridError) as exc:
         err_console.print(tagged("warning", "yellow", f"no report: {exc}"), soft_wrap=True)
         return
     out_console.print(
@@ -600,7 +615,7 @@ def _report_and_say(directory: Path) -> None:
     )
 
 
-def _write_report(directory: Path, baseline: str = "dpo", strict: bool = False) -> Path:
+def _write_report(directory: Path, baseline: str, strict: bool = False, metric: str = "accuracy") -> Path:
     """``analysis.report.write_report``, each bad record named once on stderr."""
     import warnings
 
@@ -608,7 +623,7 @@ def _write_report(directory: Path, baseline: str = "dpo", strict: bool = False) 
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        path = write_report(directory, baseline=baseline, strict=strict)
+        path = write_report(directory, baseline=baseline, strict=strict, metric=metric)
     for w in dict.fromkeys(str(w.message) for w in seen if w.category.__name__ == "BadRecordWarning"):
         err_console.print(tagged("warning", "yellow", w), soft_wrap=True)
     return path
@@ -645,8 +660,18 @@ def _cell_state(d: Path | None, rec: dict | None) -> tuple[str, str]:
 @app.command()
 def report(
     directory: Path = typer.Argument(..., help="A results directory (e.g. results/quickstart)."),
-    baseline: str = typer.Option(
-        "dpo", "--baseline", help="The method (or arm, e.g. 'dpo lr=1e-05') every other arm is compared with."
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        help="The method (or arm, e.g. 'dpo lr=1e-05') every other arm is compared with "
+        "(default: the grid's report.baseline, else dpo).",
+    ),
+    metric: str | None = typer.Option(
+        None,
+        "--metric",
+        help="The accuracy the leaderboard ranks and tests: "
+        + ", ".join(REPORT_METRICS)
+        + " (default: the grid's report.metric, else accuracy).",
     ),
     strict: bool = typer.Option(
         False, "--strict", help="A run.json that is not a valid record is an error (exit 2), not a warning."
@@ -657,8 +682,16 @@ def report(
         fail(f"{directory}: no such results directory")
     if (directory / "report.html").exists() and not (directory / "report.html").is_file():
         fail(f"{directory / 'report.html'}: exists and is not a file")
+    if metric is not None and metric not in REPORT_METRICS:
+        close = difflib.get_close_matches(metric, REPORT_METRICS, n=1)
+        fail(f"--metric: unknown metric {metric!r}" + (f"; did you mean {close[0]!r}?" if close else
+             f" (known: {', '.join(REPORT_METRICS)})"))  # fmt: skip
     try:
-        path = _write_report(directory, baseline, strict)
+        saved = load_report_options(directory) or ReportOptions()
+    except GridError as exc:
+        fail(str(exc))
+    try:
+        path = _write_report(directory, baseline or saved.baseline, strict, metric or saved.metric)
     except (ValueError, OSError) as exc:  # OSError: a full disk, the report's path named
         fail(" ".join(str(exc).split()))
     out_console.print(f"wrote {path}")

@@ -3,6 +3,7 @@ prints its path and how to open it; so does ``oxbench status``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 def test_a_grid_run_and_its_status_end_with_the_report(tmp_path, micro_model_dir):
     g, out = tmp_path / "g.yaml", tmp_path / "out"
-    g.write_text(yaml.safe_dump(grid(micro_model_dir, axes={"method": ["sft"], "seed": [0]})))
+    spec = grid(micro_model_dir, axes={"method": ["sft"], "seed": [0]})
+    g.write_text(yaml.safe_dump({**spec, "report": {"metric": "accuracy_flexible", "baseline": "sft"}}))
     cmd = [sys.executable, "-m", "oxbench_cli"]
     run = subprocess.run([*cmd, "run", "--grid", str(g), "--out", str(out)], capture_output=True, text=True,
                          timeout=600)  # fmt: skip
@@ -23,7 +25,11 @@ def test_a_grid_run_and_its_status_end_with_the_report(tmp_path, micro_model_dir
     report = out / "g" / "report.html"
     assert report.is_file() and "<html" in report.read_text()[:500].lower()
     assert f"report: {report}" in run.stdout and "python -m webbrowser" in run.stdout, run.stdout[-2000:]
+    assert "accuracy_flexible (%)" in report.read_text()  # the grid's report.metric, ranked
+    saved = json.loads((out / "g" / "report.json").read_text())  # kept for status and report
+    assert saved == {"metric": "accuracy_flexible", "baseline": "sft"}
     report.unlink()
     status = subprocess.run([*cmd, "status", str(out / "g")], capture_output=True, text=True, timeout=300)
     assert status.returncode == 0, status.stderr
     assert report.is_file() and f"report: {out / 'g'}/report.html" in status.stdout, status.stdout[-2000:]
+    assert "accuracy_flexible (%)" in report.read_text()

@@ -382,3 +382,44 @@ def test_leaderboards_show_the_base_and_chance_rows_and_figures_are_saved(tmp_pa
     for fig in ("accuracy_vs_scale", "forest_delta_vs_dpo", "leverage", "rank_by_scale", "id_vs_ood_spread"):
         assert f"{fig}.svg" in names and f"{fig}.pdf" in names, names
     assert (tmp_path / "figures" / "rank_by_scale.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_a_leaderboard_ranks_the_metric_the_grid_names(tmp_path):
+    """A study whose signals are flexible ranks skill: ``report: {metric: accuracy_verified_flexible}``
+    in its grid (saved beside the records as report.json by ``oxbench run``) or ``oxbench report
+    --metric`` ranks and tests that metric, with strict accuracy beside it as a column. An unknown
+    metric, in the option or in report.json, is a one-line error (exit 2) naming where it was."""
+    from typer.testing import CliRunner
+
+    from oxbench.grid.spec import GridError, load_grid
+    from oxbench_cli import app
+
+    skill = {"dpo": 0.60, "simpo": 0.55, "kto": 0.50}  # strict is 0 for every arm: format was never asked
+    for method in skill:
+        for seed in (0, 1, 2):
+            rec = record(method, "tiny", seed)
+            rec["metrics"] |= {"accuracy": 0.0, "accuracy_verified_flexible": skill[method] + 0.01 * seed}
+            write_run(tmp_path, rec)
+    runner = CliRunner()
+
+    def board() -> dict:
+        return Page((tmp_path / "report.html").read_text()).tables["leaderboard-0"]
+
+    r = runner.invoke(app, ["report", str(tmp_path), "--metric", "accuracy_verified_flexible"])
+    assert r.exit_code == 0, r.output
+    assert board()["head"][3].startswith("accuracy_verified_flexible (%)")
+    assert [row[0][0] for row in board()["rows"]] == ["dpo", "simpo", "kto"]  # ranked by skill
+    assert [row[column(board(), "strict")][0] for row in board()["rows"]] == ["0.0 ± 0.0"] * 3
+    (tmp_path / "report.json").write_text('{"metric": "accuracy_verified_flexible", "baseline": "kto"}')
+    assert runner.invoke(app, ["report", str(tmp_path)]).exit_code == 0  # the saved options are the default
+    assert board()["head"][3].startswith("accuracy_verified_flexible (%)")
+    (tmp_path / "report.json").write_text('{"metric": "skill"}')
+    r = runner.invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+    assert f"{tmp_path / 'report.json'}" in r.output and "metric" in r.output, r.output
+    r = runner.invoke(app, ["report", str(tmp_path), "--metric", "verified_flexible"])
+    assert r.exit_code == 2 and "did you mean 'accuracy_verified_flexible'" in r.output, r.output
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\nreport: {metric: accuracy_verfied_flexible}\naxes: {seed: [0]}\n")
+    with pytest.raises(GridError, match=r"g.yaml: field 'report.metric'"):
+        load_grid(grid)

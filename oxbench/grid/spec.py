@@ -38,7 +38,7 @@ import itertools
 import json
 import operator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -59,6 +59,25 @@ class Budget(BaseModel):
     constraints: list[str] = Field(default_factory=list)  # cells where one is false are left out
 
 
+# what a leaderboard can rank by: the greedy test accuracies every record holds
+# (oxbench.eval.evaluate.greedy_metrics) and the OOD one
+ReportMetric = Literal["accuracy", "accuracy_flexible", "accuracy_verified", "accuracy_verified_flexible",
+                       "ood_accuracy"]  # fmt: skip
+REPORT_METRICS: tuple[str, ...] = get_args(ReportMetric)
+REPORT_OPTIONS = "report.json"  # a grid's report options, beside its records (read by report and status)
+
+
+class ReportOptions(BaseModel):
+    """How a grid's report ranks its arms: by ``metric`` (strict accuracy unless the study says
+    otherwise: one whose signals are flexible ranks skill with ``accuracy_verified_flexible``), each
+    arm tested against ``baseline`` (a method, or an arm label)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: ReportMetric = "accuracy"
+    baseline: str = "dpo"
+
+
 class GridFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -72,6 +91,7 @@ class GridFile(BaseModel):
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     scales: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    report: ReportOptions = Field(default_factory=ReportOptions)
 
     @field_validator("name")
     @classmethod
@@ -169,6 +189,24 @@ def _read_yaml(path: Path, what: str):
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""
         raise GridError(f"{path}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+
+
+def load_report_options(directory: str | Path) -> ReportOptions | None:
+    """The report options a grid run left beside its records (``report.json``); None when it left none.
+    Malformed options are a one-line :class:`GridError` naming the file (and the field)."""
+    path = Path(directory) / REPORT_OPTIONS
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GridError(f"{path}: not valid UTF-8 JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise GridError(f"{path}: must be a mapping of report options (metric, baseline)")
+    try:
+        return ReportOptions(**raw)
+    except ValidationError as exc:
+        raise GridError(format_validation_error(exc, str(path), ReportOptions)) from None
 
 
 def load_grid(path: str | Path) -> GridFile:
