@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis import isocompute as iso
+from analysis.stats import adjust_pvalues
 
 PAIR_COLUMNS = ["subset", "B", "M", "lr", "seed", "n_small", "B_p_large", "n_large", "B_p_small", "reward_B_p",
                 "reward_n", "winner"]  # fmt: skip
@@ -198,4 +199,52 @@ def versus_base(curves: pd.DataFrame, c: float, *, k: int) -> list[dict]:
             rows.append({"subset": subset, "n": int(n), "B_p": int(b_p), "kind": kind, "seeds": len(g),
                          "base": float(per[0].mean()), "arm": float(per[1].mean()), "delta": float(diff.mean()),
                          "p": p, "up": int((diff > 0).sum()), "down": int((diff < 0).sum())})  # fmt: skip
+    return rows
+
+
+# the claims the random-reward control decides: sharpening is worst@k up on easy problems, coverage is
+# best@k up on hard ones (arXiv 2603.12151)
+CLAIMS = {"easy": "worst", "hard": "best"}
+
+
+def _run_deltas(curves: pd.DataFrame, c: float, k: int) -> pd.DataFrame:
+    """Per run: its best@k and worst@k at compute ``c`` minus at its base point (rollouts 0), each the
+    mean over the run's validation problems."""
+    end, start = iso.at_compute(curves, c), curves[curves["rollouts"] == 0].set_index("run_id")
+    rows = []
+    for r in end.itertuples():
+        b = start.loc[r.run_id]
+        row = {"subset": r.subset, "n": int(r.n), "B_p": int(r.B_p), "seed": int(r.seed)}
+        for kind in ("best", "worst"):
+            at = iso.per_problem(r.correct_counts, r.samples_per_problem, k, kind)
+            base = iso.per_problem(b.correct_counts, b.samples_per_problem, k, kind)
+            row[kind] = float(at.mean() - base.mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def versus_control(curves: pd.DataFrame, control: pd.DataFrame, c: float, *, k: int) -> list[dict]:
+    """Each arm's change in best@k and worst@k from its base point to compute ``c`` against the same arm
+    (subset, n, B_p) with a random reward (``control``, same seeds): Welch's t over seeds (unit: seeds).
+    ``holm`` adjusts the claim tests (:data:`CLAIMS`: worst@k on easy, best@k on hard) over the arms
+    both grids ran; the other kind is reported unadjusted, as a description."""
+    real, ctrl = _run_deltas(curves, c, k), _run_deltas(control, c, k)
+    rows = []
+    for (subset, n, b_p), g in real.groupby(["subset", "n", "B_p"]):
+        h = ctrl[(ctrl["subset"] == subset) & (ctrl["n"] == n) & (ctrl["B_p"] == b_p)]
+        if h.empty:
+            continue
+        for kind in ("best", "worst"):
+            a, b = g[kind].to_numpy(), h[kind].to_numpy()
+            p = (
+                float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+                if len(a) > 1 and len(b) > 1
+                else math.nan
+            )
+            rows.append({"subset": subset, "n": int(n), "B_p": int(b_p), "kind": kind, "seeds": len(a),
+                         "control_seeds": len(b), "delta": float(a.mean()), "control_delta": float(b.mean()),
+                         "difference": float(a.mean() - b.mean()), "p": p, "claim": CLAIMS.get(subset) == kind})  # fmt: skip
+    claims = [r for r in rows if r["claim"]]
+    for r, adj in zip(claims, adjust_pvalues([r["p"] for r in claims], "holm")):
+        r["holm"] = float(adj)
     return rows

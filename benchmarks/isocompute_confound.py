@@ -1,13 +1,15 @@
 """IsoCompute without the confound of n with the number of updates M (issue 27.2), from the records only.
 
     python benchmarks/isocompute_confound.py [results/isocompute results/isocompute_warmup10 ...]
-        [--out results/isocompute_confound] [--metric accuracy_flexible]
+        [--out results/isocompute_confound] [--metric accuracy_flexible] [--control DIR]
 
 Per grid and subset, at the largest compute every run reached: the fixed-batch comparisons (the larger
 B_p against the larger n at one B = B_p · n: same M, same learning rate; wins and an exact sign test
 over matched (subset, B, seed) pairs), the variance shares of n, B_p and M over all runs and on the
 balanced part of the design, the raw best arm, and best@k / worst@k at matched M beside matched C
-(Wilcoxon over validation problems). Writes ``README.md`` and ``summary.json`` under ``--out``.
+(Wilcoxon over validation problems). With ``--control`` (a grid of the same arms with a random
+reward), each arm's change in best@k and worst@k against its random-reward twin (Welch over seeds).
+Writes ``README.md`` and ``summary.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from analysis.isocompute_report import reward_metric
 GRIDS = ("results/isocompute", "results/isocompute_warmup10", "results/isocompute_wide")
 
 
-def grid_summary(root: str, metric: str | None = None) -> dict:
+def grid_summary(root: str, metric: str | None = None, control: str | None = None) -> dict:
     """Every number of one grid (module doc); ``metric``: the curves' column the reward comparisons use
-    (default avg@k, the paper's validation reward)."""
+    (default avg@k, the paper's validation reward); ``control``: its random-reward grid, if any."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         curves = iso.load_curves(root)
@@ -48,6 +50,11 @@ def grid_summary(root: str, metric: str | None = None) -> dict:
            "raw_best": ic.raw_best(at, metric).to_dict("records"),
            "fixed_batch_problems": ic.fixed_batch_problems(at, k=k), "versus_base": ic.versus_base(curves, c, k=k),
            "subsets": {}}  # fmt: skip
+    if control is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out["versus_control"] = ic.versus_control(curves, iso.load_curves(control), c, k=k)
+        out["control"] = Path(control).name
     for subset, sub in at.groupby("subset"):
         cur = curves[curves["subset"] == subset]
         ns = sorted(sub["n"].unique())
@@ -84,6 +91,25 @@ def _versus_base_md(rows: list[dict], k: int, c: float) -> list[str]:
     return lines + [""]
 
 
+def _versus_control_md(s: dict) -> list[str]:
+    """Each arm against its random-reward twin: the sharpening and coverage claims, controlled."""
+    rows, k = s.get("versus_control"), s["k"]
+    if not rows:
+        return []
+    lines = [f"**Against the random-reward control** (`{s['control']}`: each arm's change from its base point "
+             f"to C = {s['C']:,.0f} against the same arm's with a coin-flip reward; unit: seeds, Welch; Holm over "
+             f"the claim tests, worst@{k} on easy (sharpening) and best@{k} on hard (coverage)):", "",
+             "| subset | n | B_p | kind | claim | seeds (control) | Δ arm | Δ control | difference | p | p (Holm) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {'yes' if r['claim'] else ''} | "
+              f"{r['seeds']} ({r['control_seeds']}) | {r['delta']:+.3f} | {r['control_delta']:+.3f} | "
+              f"{r['difference']:+.3f} | {r['p']:.2g} | {r['holm']:.2g} |" if r["claim"] else
+              f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | | {r['seeds']} ({r['control_seeds']}) | "
+              f"{r['delta']:+.3f} | {r['control_delta']:+.3f} | {r['difference']:+.3f} | {r['p']:.2g} | |"
+              for r in rows]  # fmt: skip
+    return lines + [""]
+
+
 def grid_markdown(s: dict) -> list[str]:
     """One grid's section of the README."""
     k, lines = (
@@ -108,6 +134,7 @@ def grid_markdown(s: dict) -> list[str]:
                      f"{r['runner_up_' + s['metric']]:.3f})" for r in s["raw_best"])  # fmt: skip
     lines += [f"**Raw best arm at C = {s['C']:,.0f}** (mean over seeds, no fitted envelope): {best}.", ""]
     lines += _versus_base_md(s.get("versus_base", []), k, s["C"])
+    lines += _versus_control_md(s)
     for subset, r in s["subsets"].items():
         lines += [f"### {subset}", ""]
         if r["shares"]:
@@ -127,8 +154,11 @@ def main() -> None:
     ap.add_argument("roots", nargs="*", default=list(GRIDS))
     ap.add_argument("--out", type=Path, default=Path("results/isocompute_confound"))
     ap.add_argument("--metric", help="the reward column (default avg@k); e.g. accuracy_flexible")
+    ap.add_argument("--control", help="the grid of the same arms with a random reward (one root only)")
     args = ap.parse_args()
-    summaries = [grid_summary(r, args.metric) for r in args.roots]
+    if args.control and len(args.roots) != 1:
+        ap.error("--control compares one grid with its control: give one root")
+    summaries = [grid_summary(r, args.metric, args.control) for r in args.roots]
     lines = ["# IsoCompute without the confound of n with M", "",
              "Written by `python benchmarks/isocompute_confound.py` from the committed records only. At a fixed "
              "budget C = B_p · n · M a larger n means fewer updates M, so a comparison of n at matched C is also one "

@@ -184,6 +184,32 @@ def test_versus_base_compares_each_arm_with_its_own_base_point():
     assert out[(2, "best")]["delta"] == 0 and out[(2, "best")]["p"] == 1.0
 
 
+def test_versus_control_tests_each_arm_against_its_random_reward_twin():
+    """Easy, n = 2: the real reward takes every problem from 1/4 to 3 or 4 of 4 right (worst@2 up by
+    0.5-1.0) while the control moves it by 0 or 1 sample; hard, n = 2: both move alike. The easy
+    worst@2 claim is decided (unit: seeds, Holm over the two claim tests: p 0.025); the hard best@2
+    one is not (p 1).
+    An arm the control did not run is left out."""
+    from analysis import isocompute_confound as ic
+
+    def curves(moves: dict) -> pd.DataFrame:
+        return pd.DataFrame([
+            {"run_id": f"{sub}{n}-{s}", "subset": sub, "n": n, "B_p": 4, "seed": s, "rollouts": c,
+             "samples_per_problem": 4, "correct_counts": [1 + (moves[(sub, n)][s] if c else 0)] * 10}
+            for (sub, n) in moves for s in range(4) for c in (0, 4096)])  # fmt: skip
+
+    real = curves({("easy", 2): [3, 2, 3, 2], ("hard", 2): [1, 0, 1, 0], ("easy", 32): [1, 1, 1, 1]})
+    control = curves({("easy", 2): [0, 1, 0, 0], ("hard", 2): [0, 1, 1, 0]})
+    out = {(r["subset"], r["kind"]): r for r in ic.versus_control(real, control, 4096, k=2)}
+    assert sorted(out) == [("easy", "best"), ("easy", "worst"), ("hard", "best"), ("hard", "worst")]
+    easy, hard = out[("easy", "worst")], out[("hard", "best")]
+    assert easy["claim"] and hard["claim"] and not out[("easy", "best")]["claim"]
+    assert easy["delta"] == pytest.approx(0.75) and easy["control_delta"] == pytest.approx(1 / 24)
+    assert easy["seeds"] == easy["control_seeds"] == 4
+    assert easy["holm"] < 0.05 and hard["holm"] == pytest.approx(1.0)
+    assert "holm" not in out[("easy", "best")]
+
+
 def test_on_the_committed_isocompute_records():
     from analysis import isocompute as iso
     from analysis import isocompute_confound as ic
