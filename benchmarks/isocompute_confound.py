@@ -51,6 +51,11 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
            "fixed_batch_problems": ic.fixed_batch_problems(at, k=k), "versus_base": ic.versus_base(curves, c, k=k),
            "subsets": {}}  # fmt: skip
     if control is not None:
+        theirs = json.loads(next(Path(control).rglob("run.json")).read_text())["config"]["eval"]
+        if (theirs.get("sampled_grader", "strict"), theirs["k"]) != (graders["sampled"], k):
+            raise SystemExit(f"{control}: its best@k / worst@k (k = {theirs['k']}, graded "
+                             f"{theirs.get('sampled_grader', 'strict')}) are not {root}'s (k = {k}, graded "
+                             f"{graders['sampled']}): not a control for it")  # fmt: skip
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out["versus_control"] = ic.versus_control(curves, iso.load_curves(control), c, k=k)
