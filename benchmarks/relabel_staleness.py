@@ -39,7 +39,14 @@ def short(correction: str) -> str:
 
 
 # the same base and settings, pooled
-STUDY = ("staleness", "staleness_seeds", "staleness_seeds_lr", "staleness_seeds_mid", "staleness_seeds_tis")
+STUDY = (
+    "staleness",
+    "staleness_seeds",
+    "staleness_seeds_lr",
+    "staleness_seeds_mid",
+    "staleness_seeds_tis",
+    "staleness_seeds_bracket",
+)
 
 
 def label_all(results: Path) -> pd.DataFrame:
