@@ -42,6 +42,7 @@ import hashlib
 import math
 import os
 import re
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -97,7 +98,9 @@ DASHES = ("", "6 3", "2 3")
 def write_report(directory: str | Path, **options) -> Path:
     """Write ``directory/report.html`` and return its path: :func:`render_report` of ``directory`` with
     ``options`` (``baseline``, ``metric``, ``correction``, ``alpha``, ``strict``)."""
+    started = time.time()
     html = render_report(directory, **options)
+    _drop_stale_figures(Path(directory) / "figures", started)
     path = Path(directory) / "report.html"
     tmp = path.with_name(f".report.html.{os.getpid()}.tmp")  # atomic: a reader never sees half a report
     try:
@@ -109,6 +112,15 @@ def write_report(directory: str | Path, **options) -> Path:
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     return path
+
+
+def _drop_stale_figures(figures: Path, since: float) -> None:
+    """Remove the figure files this report did not write (every figure is written on each render, so
+    an older one belongs to an earlier report: another metric, baseline or set of runs). The margin
+    covers file clocks that lag ``time.time()`` by a tick."""
+    for f in (p for ext in ("svg", "pdf") for p in figures.glob(f"*.{ext}")):
+        if f.stat().st_mtime < since - 2.0:
+            f.unlink(missing_ok=True)
 
 
 def render_report(

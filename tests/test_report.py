@@ -423,3 +423,20 @@ def test_a_leaderboard_ranks_the_metric_the_grid_names(tmp_path):
     grid.write_text("name: g\nreport: {metric: accuracy_verfied_flexible}\naxes: {seed: [0]}\n")
     with pytest.raises(GridError, match=r"g.yaml: field 'report.metric'"):
         load_grid(grid)
+
+
+def test_a_report_drops_the_figures_of_an_earlier_report(tmp_path):
+    """Figures are written on every render; one an earlier report wrote (another metric or baseline)
+    and this one did not is removed, so figures/ holds this report's figures only."""
+    import os
+
+    for seed in (0, 1):
+        for method in ("dpo", "simpo"):
+            write_run(tmp_path, record(method, "tiny", seed))
+    stale = tmp_path / "figures" / "forest_delta_vs_kto.svg"
+    stale.parent.mkdir()
+    stale.write_text("<svg/>")
+    os.utime(stale, (1e9, 1e9))
+    write_report(tmp_path)
+    names = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    assert "forest_delta_vs_kto.svg" not in names and "forest_delta_vs_dpo.svg" in names, names
