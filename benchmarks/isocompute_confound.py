@@ -28,6 +28,11 @@ from analysis.isocompute_report import reward_metric
 GRIDS = ("results/isocompute", "results/isocompute_warmup10", "results/isocompute_wide")
 
 
+def _config(root: str) -> dict:
+    """The config of one run under ``root`` (the settings a grid's runs share: graders, k)."""
+    return json.loads(next(Path(root).rglob("run.json")).read_text())["config"]
+
+
 def grid_summary(root: str, metric: str | None = None, control: str | None = None) -> dict:
     """Every number of one grid (module doc); ``metric``: the curves' column the reward comparisons use
     (default avg@k, the paper's validation reward); ``control``: its random-reward grid, if any."""
@@ -39,7 +44,7 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
     c = float(curves.groupby("run_id")["rollouts"].max().min())
     at = iso.at_compute(curves, c)
     pairs = ic.fixed_batch_pairs(at, metric)
-    cfg = json.loads(next(Path(root).rglob("run.json")).read_text())["config"]
+    cfg = _config(root)
     graders = {
         "reward": cfg["online"].get("reward_grader", "strict"),
         "sampled": cfg["eval"].get("sampled_grader", "strict"),
@@ -51,7 +56,7 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
            "fixed_batch_problems": ic.fixed_batch_problems(at, k=k), "versus_base": ic.versus_base(curves, c, k=k),
            "subsets": {}}  # fmt: skip
     if control is not None:
-        theirs = json.loads(next(Path(control).rglob("run.json")).read_text())["config"]["eval"]
+        theirs = _config(control)["eval"]
         if (theirs.get("sampled_grader", "strict"), theirs["k"]) != (graders["sampled"], k):
             raise SystemExit(f"{control}: its best@k / worst@k (k = {theirs['k']}, graded "
                              f"{theirs.get('sampled_grader', 'strict')}) are not {root}'s (k = {k}, graded "
@@ -108,9 +113,7 @@ def _versus_control_md(s: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += [f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {'yes' if r['claim'] else ''} | "
               f"{r['seeds']} ({r['control_seeds']}) | {r['delta']:+.3f} | {r['control_delta']:+.3f} | "
-              f"{r['difference']:+.3f} | {r['p']:.2g} | {r['holm']:.2g} |" if r["claim"] else
-              f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | | {r['seeds']} ({r['control_seeds']}) | "
-              f"{r['delta']:+.3f} | {r['control_delta']:+.3f} | {r['difference']:+.3f} | {r['p']:.2g} | |"
+              f"{r['difference']:+.3f} | {r['p']:.2g} | {format(r['holm'], '.2g') if r['claim'] else ''} |"
               for r in rows]  # fmt: skip
     return lines + [""]
 

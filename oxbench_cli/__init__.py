@@ -334,14 +334,20 @@ def _report_stopped(todo, out: Path, name: str) -> None:
 EXECUTORS = ("local", "ray", "slurm")  # checked by _check_run_options before _execute picks one
 
 
+def _check_choice(option: str, kind: str, value: str, choices: tuple[str, ...], known: str) -> None:
+    """``value`` given to ``option`` is one of ``choices``; else one line (exit 2) naming the closest
+    choice, or ``known`` when none is close."""
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        fail(
+            f"{option}: unknown {kind} {value!r}"
+            + (f"; did you mean {close[0]!r}?" if close else f" ({known})")
+        )
+
+
 def _check_run_options(executor: str, workers: int, nproc: int, out: Path) -> None:
     """The command line's own values, before the plan prints: one line each, exit 2."""
-    if executor not in EXECUTORS:
-        close = difflib.get_close_matches(executor, EXECUTORS, n=1)
-        fail(
-            f"--executor: unknown executor {executor!r}"
-            + (f"; did you mean {close[0]!r}?" if close else " (local, ray or slurm)")
-        )
+    _check_choice("--executor", "executor", executor, EXECUTORS, "local, ray or slurm")
     for name, value in (("--workers", workers), ("--nproc", nproc)):
         if value < 1:
             fail(f"{name}: must be >= 1, got {value}")
@@ -682,10 +688,8 @@ def report(
         fail(f"{directory}: no such results directory")
     if (directory / "report.html").exists() and not (directory / "report.html").is_file():
         fail(f"{directory / 'report.html'}: exists and is not a file")
-    if metric is not None and metric not in REPORT_METRICS:
-        close = difflib.get_close_matches(metric, REPORT_METRICS, n=1)
-        fail(f"--metric: unknown metric {metric!r}" + (f"; did you mean {close[0]!r}?" if close else
-             f" (known: {', '.join(REPORT_METRICS)})"))  # fmt: skip
+    if metric is not None:
+        _check_choice("--metric", "metric", metric, REPORT_METRICS, f"known: {', '.join(REPORT_METRICS)}")
     try:
         saved = load_report_options(directory) or ReportOptions()
     except GridError as exc:
