@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -98,6 +100,19 @@ def _workers(config) -> int:
         return int(config.workerinput.get("workercount", 1))
     n = getattr(config.option, "numprocesses", None)
     return n if isinstance(n, int) and n > 0 else 1
+
+
+def pytest_configure(config):
+    """Under ``-n W`` each worker gets its share of the cores, as ``oxbench run --workers W`` gives its
+    cells (:func:`oxbench.grid.executors.cell_threads`): ``cores // W`` threads for its own torch, and
+    ``OXBENCH_THREADS`` / ``OMP_NUM_THREADS`` for every process it starts. W workers that each keep every
+    core oversubscribe them, and OpenMP's waiting threads spin on the cores the other worker needs. A
+    value set by the user stands."""
+    w = _workers(config)
+    if w > 1 and "OXBENCH_THREADS" not in os.environ:
+        share = str(max(1, (os.cpu_count() or 1) // w))
+        os.environ["OXBENCH_THREADS"] = os.environ["OMP_NUM_THREADS"] = share
+        torch.set_num_threads(int(share))
 
 
 def pytest_collection_modifyitems(config, items):
