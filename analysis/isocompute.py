@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 from analysis.runs import _records
 
@@ -161,6 +160,8 @@ def fit_sigmoid(log_c, y, *, bounds: tuple[float, float] | None = None) -> dict:
     lower = [lo_b, 0.0, float(log_c.min()) - width, 0.0]
     upper = [hi_b, 1.0, float(log_c.max()) + width, 50.0 / max(width, 1e-6)]
     p0 = np.clip(p0, lower, upper)
+    from scipy import optimize  # imported where used: a report without learning curves never needs it
+
     (hi, frac, mid, slope), _ = optimize.curve_fit(
         model, log_c, y, p0=p0, bounds=(lower, upper), maxfev=20000
     )
@@ -263,6 +264,8 @@ def paired_by_problem(points: pd.DataFrame, n_a: int, n_b: int, *, k: int, kind:
         per_n[n] = np.mean(
             [per_problem(r.correct_counts, r.samples_per_problem, k, kind) for r in rows.itertuples()], 0
         )
+    from scipy import stats
+
     diff = per_n[n_b] - per_n[n_a]
     nonzero = diff[diff != 0]
     p = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) >= 1 else 1.0

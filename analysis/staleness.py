@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from analysis.runs import _records
 
@@ -128,6 +127,8 @@ def fit_eta_max(table: pd.DataFrame) -> dict:
         with np.errstate(divide="ignore"):
             pred = np.minimum(np.where(s > 0, la - np.log(np.where(s > 0, s, 1)), np.inf), lb)
         return float(((pred - y) ** 2).sum())
+
+    from scipy import optimize  # imported where used: every report asks load_stability, few fit
 
     start = [float(np.max(y + np.log(np.maximum(s, 1)))), float(y.max())]
     best = optimize.minimize(
