@@ -61,7 +61,6 @@ HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12
     "tests/test_preemption.py::test_a_preempted_ray_cell": 50,
     "tests/test_preemption.py::test_sigterm_preempts": 39,  # 46 before its reference ran beside it
     "tests/test_executors.py::test_two_runs_of_one_grid_share_the_work": 42,
-    "tests/test_rank_faults.py::test_a_grid_of_cold_cache_two_rank_cells": 39,
     "tests/test_real_checkpoint.py": 36,  # one grid of 16 cells, shared by the module
     "tests/test_preemption.py::test_a_preempted_slurm_job": 34,
     "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 29,

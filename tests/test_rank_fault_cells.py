@@ -4,9 +4,12 @@ collective. The other rank leaves within its collective timeout instead of waiti
 cell is recorded with the failing rank's error (never as finished); and the grid goes on to its next
 cell every time, ending with a healthy cell that finishes.
 
+The healthy cell is issue 28's cold-cache cell: DPO at 2 ranks, whose ranks build the reference
+log-prob cache cold (the cache is the fixture's own, empty at the start) and checkpoint every step.
+
 The unit of replication is the fault. The three faults share one grid process and one healthy cell
-(before: a grid and a healthy cell each); the cell after each fault running is what shows that the
-grid went on past it.
+(before: a grid and a healthy cell each, and a grid of three cold-cache cells of its own); the cell
+after each fault running is what shows that the grid went on past it.
 """
 
 from __future__ import annotations
@@ -60,12 +63,13 @@ stopped = _spec("rank1_stopped", _waits_on_rank1("rank1_stopped"))
 """
 TIMEOUT_S = 30.0  # the collective timeout of the cells (faults.collective_timeout_s)
 HUNG_TIMEOUT_S = 10.0  # the stopped rank's cell: its peer waits this long in the all-reduce
-ORDER = ["rank1_raises", "rank1_killed", "rank1_stopped", "sft"]  # the grid's cells, in the order they run
+ORDER = ["rank1_raises", "rank1_killed", "rank1_stopped", "dpo"]  # the grid's cells, in the order they run
 
 
 @dataclass
 class Outcome:
     records: dict[str, dict]
+    cache: Path  # the grid's OXBENCH_CACHE, empty before it ran
     stderr: str
     returncode: int
     seconds: dict[str, float] = field(default_factory=dict)  # from each signal to its cell's record
@@ -115,13 +119,14 @@ def faults(tmp_path_factory, micro_model_dir) -> Outcome:
                  "eval": {"n_test": 4, "n_ood": 0, "k": 0, "max_new_tokens": 8},
                  "faults": {"collective_timeout_s": TIMEOUT_S}},
         "axes": {"method": ORDER},
-        "methods": {"rank1_stopped": {"faults": {"collective_timeout_s": HUNG_TIMEOUT_S}}},
+        "methods": {"rank1_stopped": {"faults": {"collective_timeout_s": HUNG_TIMEOUT_S}},
+                    "dpo": {"data": {"chosen_source": "gold"}, "checkpoint": {"every": 1}}},
     }  # fmt: skip
     (tmp / "g.yaml").write_text(yaml.safe_dump(grid))
     cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(tmp / "g.yaml"), "--out", str(out),
            "--nproc", "2", "--plugin", "fault_plugin"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]),
-           "FAULT_PID_DIR": str(pids)}  # fmt: skip
+           "FAULT_PID_DIR": str(pids), "OXBENCH_CACHE": str(tmp / "cache")}  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped, seconds = None, {}
     try:
@@ -136,14 +141,25 @@ def faults(tmp_path_factory, micro_model_dir) -> Outcome:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stopped, signal.SIGKILL)
         proc.kill()
-    return Outcome(_records(out), err, proc.returncode, seconds)
+    return Outcome(_records(out), tmp / "cache", err, proc.returncode, seconds)
 
 
 def test_every_fault_is_followed_by_the_next_cell_and_the_grid_ends_with_a_finished_one(faults):
     assert sorted(faults.records) == sorted(ORDER), (sorted(faults.records), faults.stderr[-3000:])
-    assert faults.records["sft"]["status"] == "finished", faults.stderr[-3000:]  # the grid went on
+    assert faults.records["dpo"]["status"] == "finished", faults.stderr[-3000:]  # the grid went on
     assert [faults.records[m]["status"] != "finished" for m in ORDER] == [True, True, True, False]
     assert faults.returncode == 1  # the grid says that cells failed
+
+
+def test_a_cold_cache_two_rank_cell_builds_its_reference_and_finishes(faults):
+    """Issue 28's cold-cache race, end to end (the race itself, many builds at once, is in
+    tests/test_rank_faults.py): both ranks of a DPO cell build its reference cache in an empty cache,
+    checkpointing every step, and the cell finishes, neither hung nor resumed."""
+    rec = faults.records["dpo"]
+    assert rec["status"] == "finished", (rec["error"], faults.stderr[-3000:])
+    assert rec["world_size"] == 2 and rec["resumed_from_step"] is None
+    assert len(list((faults.cache / "ref").glob("ref-*.pt"))) == 1  # built here, cold
+    assert rec["optimizer_steps"] == 2
 
 
 def test_a_rank_that_raises_alone_fails_the_cell_with_its_error(faults):
