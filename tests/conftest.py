@@ -103,15 +103,15 @@ def _workers(config) -> int:
 
 def pytest_configure(config):
     """Under ``-n W`` each worker gets its share of the cores, as ``oxbench run --workers W`` gives its
-    cells (:func:`oxbench.grid.executors.cell_threads`): ``cores // W`` threads for its own torch, and
-    ``OXBENCH_THREADS`` / ``OMP_NUM_THREADS`` for every process it starts. W workers that each keep every
-    core oversubscribe them, and OpenMP's waiting threads spin on the cores the other worker needs. A
-    value set by the user stands."""
+    cells (:func:`oxbench.grid.executors.cell_threads`): ``OXBENCH_THREADS`` and ``OMP_NUM_THREADS``,
+    set here in the controller before it starts the workers, so each worker's torch and every process
+    a worker starts inherit them. W workers that each keep every core oversubscribe them, and OpenMP's
+    waiting threads spin on the cores the other worker needs. A value set by the user stands."""
+    from oxbench.grid.executors import cell_threads
+
     w = _workers(config)
     if w > 1 and "OXBENCH_THREADS" not in os.environ:
-        share = str(max(1, (os.cpu_count() or 1) // w))
-        os.environ["OXBENCH_THREADS"] = os.environ["OMP_NUM_THREADS"] = share
-        torch.set_num_threads(int(share))
+        os.environ["OXBENCH_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(cell_threads(w))
 
 
 def pytest_collection_modifyitems(config, items):
