@@ -33,7 +33,9 @@ class PolicyWithValue(nn.Module):
         out = self.lm(
             input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=use_cache
         )
-        return {"logits": out.logits, "value": self.value_head(out.hidden_states[-1].float()).squeeze(-1)}
+        # the head's own dtype (DeepSpeed's bf16 casts it with the LM), its values in fp32 for the loss
+        hidden = out.hidden_states[-1].to(self.value_head.weight.dtype)
+        return {"logits": out.logits, "value": self.value_head(hidden).float().squeeze(-1)}
 
     def generate(self, *args, **kwargs):
         return self.lm.generate(*args, **kwargs)

@@ -96,8 +96,9 @@ class LeanDecoder:
 
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = pos[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, L, d)
-        return emb.cos() * self.rope_scale, emb.sin() * self.rope_scale
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, L, d), in fp32 as HF computes it
+        dtype = self.embed.dtype  # then in the model's dtype, as HF's rotary embedding returns them
+        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
 
     def forward(self, ids, pos, cache, at: int, mask) -> torch.Tensor:
         """Last-position logits (B, V) for ``ids`` (B, L) at positions ``pos``, writing keys and values
