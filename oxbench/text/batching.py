@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import oxbench.device as placement
+from oxbench.text.compat import cache_name
 
 
 def encode_pair(tokenizer, prompt: str, completion: str, max_len: int) -> tuple[list[int], int]:
@@ -89,7 +90,7 @@ def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, to
     owner = torch.tensor([index[key] for key in keys], device=dev)
     prompts = collate([(list(key), len(key)) for key in index], 0, dev)
     first = model(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"], use_cache=True)
-    cache = first["cache"]
+    cache = first[cache_name()]
     cache.reorder_cache(owner)
     k = lens - plens  # completion tokens per row
     comps = collate([(ids[i, plens[i] : lens[i]].tolist(), 0) for i in range(len(ids))], 0, dev)
@@ -97,8 +98,8 @@ def shared_prompt_forward(model, batch: dict[str, torch.Tensor]) -> dict[str, to
         input_ids=comps["input_ids"],
         attention_mask=torch.cat([prompts["attention_mask"][owner], comps["attention_mask"]], 1),
         position_ids=plens[:, None] + torch.arange(comps["input_ids"].shape[1], device=dev)[None, :],
-        cache=cache,
         use_cache=True,
+        **{cache_name(): cache},
     )
     # completion token j of row i is scored at column plen_i + j - 1: by the prompt's last position
     # (j = 0) or by the completion's position j - 1
