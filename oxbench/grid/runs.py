@@ -71,25 +71,38 @@ def packages() -> dict[str, str]:
     return out
 
 
-def git_sha() -> str:
-    """The source tree's commit (``+dirty`` if it has uncommitted changes), or ``unknown``."""
-    root = Path(__file__).resolve().parent.parent
+EXPORT_STAMP = Path(__file__).resolve().parent.parent / "_export.json"  # oxbench/_export.json
+ROOT = EXPORT_STAMP.parent.parent  # the source tree: oxbench/, losses/, pyproject.toml
+
+
+def _git(*args: str) -> str | None:
+    """``git ARGS`` run in the source tree: its output, or None when git fails or is missing."""
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-        if sha.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return sha.stdout.strip() + ("+dirty" if dirty else "")
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_sha() -> str:
+    """The source tree's commit (``+dirty`` if it has uncommitted changes), or ``unknown``.
+
+    A tree exported from git (``scripts/gpu_kit.sh``: ``git archive``, no ``.git`` of its own) names the
+    commit it was exported from, from the stamp ``oxbench/_export.json`` the export wrote. Such a tree
+    may lie inside another repository (the kit inside a checkout, a venv inside a project): git's
+    answer counts only when the repository's top level is this tree itself."""
+    top = _git("rev-parse", "--show-toplevel")
+    if top is not None and Path(top).resolve() == ROOT:
+        sha = _git("rev-parse", "HEAD")
+        if sha:
+            dirty = _git("status", "--porcelain", "--untracked-files=no")
+            return sha + ("+dirty" if dirty else "")
+    try:
+        stamp = json.loads(EXPORT_STAMP.read_text())
+    except (OSError, ValueError):
         return "unknown"
+    sha = stamp.get("git_sha") if isinstance(stamp, dict) else None
+    return sha if isinstance(sha, str) and sha else "unknown"
 
 
 class MetricsLog:
