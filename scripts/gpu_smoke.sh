@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The GPU smoke (issue 24.5): install what the GPU machine lacks from the carried wheels, build the
+# The GPU smoke (issue 24.5): check that what the GPU machine lacks is installed (the GPU kit does it), build the
 # Qwen2-0.5B-shaped model, run recipes/gpu_smoke.yaml (the three studies in miniature), time oxbench's
 # online step against TRL's GRPOTrainer on the same model, and write the summary. About 8 minutes on one
 # H200; everything lands in $OUT (the device run's folder) or results/gpu_smoke/.
 #
-# Here, once:   bash scripts/prepare_gpu_wheels.sh           (wheels/, git-ignored, about 6.5 MiB)
-# The device:   command "bash scripts/gpu_smoke.sh", carry ["wheels"], timeout_s 560
-# Anywhere:     SMOKE_MODEL=/path/to/checkpoint SMOKE_SKIP_INSTALL=1 bash scripts/gpu_smoke.sh
+# It runs from the GPU kit (scripts/gpu_kit.sh builds gpu_kit/, whose run.sh installs what the machine
+# lacks, then runs this):
+#   Here:         bash scripts/gpu_kit.sh                      (gpu_kit/, git-ignored, under 32 MiB)
+#   The device:   the call of docs/gpus.md, "The GPU smoke": command "bash gpu_kit/run.sh", carry ["gpu_kit"]
+#   Anywhere:     SMOKE_MODEL=/path/to/checkpoint bash scripts/gpu_smoke.sh   (oxbench and deepspeed installed)
 #
-# The install never touches torch: wheels are installed with --no-deps --no-index, and only those whose
-# package is missing (or older than the carried one); then oxbench itself, editable, with --no-deps.
 # Steps have time limits (grid 300 s of cells, TRL 100 s), so a stuck step cannot eat the whole run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -24,27 +24,6 @@ export OXBENCH_CACHE="$RUNS/cache"
 t0=$SECONDS
 step() { printf '\n== %s (%d s)\n' "$1" $((SECONDS - t0)); }
 
-if [[ -z "${SMOKE_SKIP_INSTALL:-}" ]]; then
-    step "install: the carried wheels the machine lacks, then oxbench (--no-deps; torch untouched)"
-    mapfile -t missing < <("$PY" - <<'PY'
-import glob, re
-from importlib.metadata import PackageNotFoundError, version
-from packaging.version import Version
-for path in sorted(glob.glob("wheels/*.whl")):
-    name, ver = re.match(r"wheels/([^-]+)-([^-]+)-", path).groups()
-    try:
-        have = version(name.replace("_", "-"))
-    except PackageNotFoundError:
-        have = None
-    print(path) if have is None or Version(have) < Version(ver) else None
-PY
-)
-    echo "installing ${#missing[@]} wheel(s): ${missing[*]##*/}"
-    if (( ${#missing[@]} )); then
-        "$PY" -m pip install -q --no-deps --no-index --no-cache-dir "${missing[@]}" || exit 1
-    fi
-    "$PY" -m pip install -q --no-deps --no-index --no-build-isolation -e . || exit 1
-fi
 "$PY" -c "import torch, deepspeed, pydantic, oxbench; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), '| deepspeed', deepspeed.__version__)" || exit 1
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader 2>/dev/null
 
