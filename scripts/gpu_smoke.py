@@ -1,6 +1,6 @@
 """The GPU smoke's steps (scripts/gpu_smoke.sh runs them in order; each works alone too).
 
-    python scripts/gpu_smoke.py model   [--dir smoke_model/qwen2-0.5b]
+    python scripts/gpu_smoke.py model   [--dir smoke_model/qwen2-0.5b] [--shape tiny]
     python scripts/gpu_smoke.py grid    --out DIR [--grid recipes/gpu_smoke.yaml] [--model DIR] [--deadline S]
     python scripts/gpu_smoke.py summary --out DIR
 
@@ -29,11 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 QWEN25_05B = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
               "intermediate_size": 4864, "vocab_size": 151936}  # fmt: skip
+# .ci/run's CPU dry run of the smoke (the GPU-versions job): the same architecture, about 20k parameters
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 64, "vocab_size": 128}  # fmt: skip
+SHAPES = {"qwen2.5-0.5b": QWEN25_05B, "tiny": TINY}
 CELL_LIMIT_S = 120  # one cell's most seconds
 
 
-def build_model(directory: Path, seed: int = 0) -> Path:
-    """Save the random-init Qwen2-0.5B-shaped model and the character tokenizer to ``directory``."""
+def build_model(directory: Path, seed: int = 0, shape: str = "qwen2.5-0.5b") -> Path:
+    """Save the random-init Qwen2 of ``shape`` (:data:`SHAPES`) and the character tokenizer to ``directory``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -43,7 +47,7 @@ def build_model(directory: Path, seed: int = 0) -> Path:
         print(f"model: {directory} exists")
         return directory
     tok = build_char_tokenizer()
-    cfg = Qwen2Config(**QWEN25_05B, max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=1e6,
+    cfg = Qwen2Config(**SHAPES[shape], max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=1e6,
                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)  # fmt: skip
     torch.manual_seed(seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # initialising 0.5B parameters: seconds on a GPU
@@ -52,7 +56,7 @@ def build_model(directory: Path, seed: int = 0) -> Path:
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     n = sum(p.numel() for p in model.parameters())
-    print(f"model: {directory}, {n / 1e6:.1f}M parameters (bf16), built on {device}")
+    print(f"model: {directory}, {n:,} parameters (bf16), built on {device}")
     return directory
 
 
@@ -200,13 +204,14 @@ def main() -> None:
     ap.add_argument(
         "--dir", type=Path, default=ROOT / "smoke_model" / "qwen2-0.5b", help="where the model is built"
     )
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b", help="the model step's shape")
     ap.add_argument("--grid", type=Path, default=ROOT / "recipes" / "gpu_smoke.yaml")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_smoke")
     ap.add_argument("--model", default=None, help="a local checkpoint for every cell instead of the recipe's")
     ap.add_argument("--deadline", type=float, default=300.0, help="no cell starts after this many seconds")
     args = ap.parse_args()
     if args.step == "model":
-        build_model(args.dir)
+        build_model(args.dir, shape=args.shape)
     elif args.step == "grid":
         args.out.mkdir(parents=True, exist_ok=True)
         run_grid(args.grid, args.out, args.model, args.deadline)
