@@ -5,7 +5,7 @@
 #
 #   gpu_kit/src/       the project at HEAD (git archive), without results/, stamped with its commit
 #                      (src/oxbench/_export.json: a record run from it names that commit, not "unknown")
-#   gpu_kit/wheels/    what the GPU image lacks, for CPython 3.12 on manylinux x86_64, never torch:
+#   gpu_kit/wheels/    what the GPU image lacks, for CPython 3.12 (and CI's 3.11) on manylinux x86_64, never torch:
 #                      pydantic and its dependencies, deepspeed (built here as a pure-Python wheel,
 #                      DS_BUILD_OPS=0: oxbench uses torch's AdamW) and hjson, and TRL's GRPOTrainer for
 #                      the side-by-side timing (trl, datasets 4.8.5, which accepts pyarrow >= 21, dill,
@@ -34,13 +34,15 @@ printf '{"git_sha": "%s", "exported": "%s", "how": "git archive HEAD without res
     "$sha" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$KIT/src/oxbench/_export.json"
 cp "$KIT/src/scripts/gpu_kit_run.sh" "$KIT/run.sh"
 
-TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none
-        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64
-        --platform any)
-CORE=(pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
-      typing_extensions==4.16.0 hjson==3.1.0)
-TRL=(trl==1.16.0 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19)
-"$PY" -m pip download --quiet --no-deps "${TARGET[@]}" -d "$KIT/wheels" "${CORE[@]}" "${TRL[@]}"
+# for the machine's CPython 3.12, and for CI's 3.11 (the CPU torch wheel here is cp311): two packages
+# have wheels per Python version (pydantic_core, multiprocess; 2 MiB), run.sh installs the ones that fit
+for py in 3.12 3.11; do
+    "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+        --abi "cp${py/./}" --abi abi3 --abi none --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform any -d "$KIT/wheels" \
+        pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+        typing_extensions==4.16.0 hjson==3.1.0 trl==1.16.0 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19
+done
 # deepspeed is an sdist only; its setup imports torch, so it builds with this environment's (no isolation)
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT

@@ -4,24 +4,29 @@
 #   bash gpu_kit/run.sh            install, then the smoke (scripts/gpu_smoke.sh): records and summary to $OUT
 #   bash gpu_kit/run.sh install    the install alone (.ci/run's GPU-versions job)
 #
-# The install is the machine's: the kit's wheels whose package is missing there (or older than the
-# kit's) with --no-deps --no-index, so torch and the image's libraries stay as they are; then oxbench
+# The install is the machine's: the kit's wheels for its Python whose package is missing there (or older
+# than the kit's) with --no-deps --no-index, so torch and the image's libraries stay as they are; then oxbench
 # from the kit's src/, editable, with --no-deps. PYTHON names the interpreter (default python3).
 set -uo pipefail
 KIT="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
 
 mapfile -t missing < <("$PY" - "$KIT/wheels" <<'PY'
-import glob, os, re, sys
+import glob, os, sys
 from importlib.metadata import PackageNotFoundError, version
+from packaging.tags import sys_tags
+from packaging.utils import parse_wheel_filename
 from packaging.version import Version
+here = set(sys_tags())
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.whl"))):
-    name, ver = re.match(r"([^-]+)-([^-]+)-", os.path.basename(path)).groups()
+    name, ver, _, tags = parse_wheel_filename(os.path.basename(path))
+    if not tags & here:  # the wheel of another Python version
+        continue
     try:
-        have = version(name.replace("_", "-"))
+        have = Version(version(name))
     except PackageNotFoundError:
         have = None
-    if have is None or Version(have) < Version(ver):
+    if have is None or have < ver:
         print(path)
 PY
 )
