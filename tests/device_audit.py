@@ -13,7 +13,15 @@ tensor real and on the CPU and tracks, beside it, where it *would* live:
 * an op outside DeepSpeed's own code that mixes device tensors with host tensors of one or more
   dimensions raises :class:`DeviceMismatch`, as CUDA would (a 0-dim host tensor mixes freely, as on
   CUDA; ``copy_`` and indexing with host indices are allowed, as on CUDA);
-* a sampler handed a host ``torch.Generator`` for device probabilities raises too.
+* a sampler handed a host ``torch.Generator`` for device probabilities raises too;
+* an op whose CUDA kernel refuses mixed floating dtypes (matmul, linear, attention, the index ops that
+  write one tensor into another) raises :class:`DtypeMismatch` when its floating inputs of one or more
+  dimensions differ in dtype (what a bf16 model meeting an fp32 tensor does on a GPU);
+* every host synchronisation on a device tensor is counted in ``syncs`` (by kind) and ``sync_sites`` (by
+  the caller's file and line): ``.item()``, ``.tolist()``, ``bool``/``int``/``float``/``index`` of a
+  tensor, ``.cpu()``, ``.numpy()``, a blocking copy to the host, ``nonzero``, boolean-mask indexing,
+  ``masked_select``, ``unique``, and ``repeat_interleave`` by a tensor (each waits for the device, or
+  sizes its output from device data). A non-blocking copy to the host is not one.
 
 DeepSpeed's engine keeps its own CPU accelerator here (its buffers are neither checked nor trusted:
 a parameter stays on the device when DeepSpeed swaps its ``.data``), so the test sees the code that
@@ -23,6 +31,7 @@ oxbench owns, and HF's forward, under the placement a GPU would give.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -40,6 +49,27 @@ _FREE |= {torch._has_compatible_shallow_copy_type}  # metadata only
 
 class DeviceMismatch(RuntimeError):
     """What CUDA would raise: an op mixed tensors on the accelerator with tensors on the host."""
+
+
+class DtypeMismatch(RuntimeError):
+    """What CUDA would raise: a matmul, attention or index op mixed floating dtypes (bf16 with fp32)."""
+
+
+F = torch.nn.functional
+T = torch.Tensor
+# ops whose CUDA kernels take one floating dtype for all their tensor inputs
+SAME_DTYPE = {torch.matmul, T.matmul, T.__matmul__, T.__rmatmul__, torch.mm, T.mm, torch.bmm, T.bmm}
+SAME_DTYPE |= {torch.addmm, T.addmm, torch.baddbmm, T.baddbmm, torch.einsum, F.linear, F.bilinear}
+SAME_DTYPE |= {F.scaled_dot_product_attention, torch.index_put, T.index_put, T.index_put_}
+SAME_DTYPE |= {torch.scatter, T.scatter, T.scatter_, torch.scatter_add, T.scatter_add, T.scatter_add_}
+SAME_DTYPE |= {torch.index_add, T.index_add, T.index_add_, torch.index_copy, T.index_copy, T.index_copy_}
+SAME_DTYPE |= {T.masked_scatter, T.masked_scatter_, torch.masked_scatter}
+# ops that read a device value on the host (each waits for the device to reach it)
+SYNCS = {T.item: "item", T.tolist: "tolist", T.__bool__: "bool", T.__int__: "int", T.__float__: "float"}
+SYNCS |= {T.__index__: "index", T.numpy: "numpy", torch.nonzero: "nonzero", T.nonzero: "nonzero"}
+SYNCS |= {torch.masked_select: "masked_select", T.masked_select: "masked_select", torch.unique: "unique"}
+SYNCS |= {T.unique: "unique", torch.argwhere: "nonzero", T.argwhere: "nonzero"}
+_INDEXING = {T.__getitem__, T.__setitem__, T.index_put, T.index_put_, torch.index_put}
 
 
 def _is_fake(dev) -> bool:
@@ -116,6 +146,8 @@ class VirtualCuda(TorchFunctionMode):
         super().__init__()
         self.on = WeakIdKeyDictionary()  # tensors that live on the virtual device
         self.ops: dict[str, int] = {"checked": 0, "moved": 0}
+        self.syncs: Counter[str] = Counter()  # host synchronisations on device tensors, by kind
+        self.sync_sites: Counter[str] = Counter()  # the same, by kind and the caller's file:line
 
     def __enter__(self):
         torch.Generator = VirtualGenerator
@@ -146,19 +178,33 @@ class VirtualCuda(TorchFunctionMode):
             return FAKE if self.fake(args[0]) else func(*args)
         if owner is _IS_CUDA_ATTR:
             return self.fake(args[0])
+        kind = self._sync_kind(func, args, kwargs)
+        if kind is not None:
+            self.syncs[kind] += 1
+            self.sync_sites[f"{kind} at {_caller()}"] += 1
         if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu):
             return self._move(func, args, kwargs)
         target = kwargs.get("device")
         if target is not None:
             kwargs = {**kwargs, "device": HOST}
+        if target is None and func in SAME_DTYPE:
+            self._check_dtypes(func, args, kwargs)
         if target is None and not _in_deepspeed():
             self._check(func, args, kwargs)
         out = func(*args, **kwargs)
+        if func is torch.Tensor.copy_:  # the destination stays where it lives, whatever it copies from
+            return out
         if (target is not None and _is_fake(target)) or (
             target is None and any(self.fake(t) for t in _tensors(args, kwargs))
         ):
             tree_map(lambda x: self.on.__setitem__(x, True) if isinstance(x, torch.Tensor) else x, out)
         return out
+
+    def _check_dtypes(self, func, args, kwargs) -> None:
+        """Everywhere, DeepSpeed's code too (its ZeRO-3 wraps ``F.linear``): CUDA refuses it there too."""
+        floats = {t.dtype for t in _tensors(args, kwargs) if t.is_floating_point() and t.dim() > 0}
+        if len(floats) > 1 and any(self.fake(t) for t in _tensors(args, kwargs)):
+            raise DtypeMismatch(f"{_name(func)}: mixed dtypes {sorted(map(str, floats))} on cuda:0")
 
     def _check(self, func, args, kwargs) -> None:
         if func in _FREE:
@@ -174,6 +220,32 @@ class VirtualCuda(TorchFunctionMode):
             gen = kwargs.get("generator")
             if gen is not None and not _GEN_DEVICE.get(gen, False):
                 raise DeviceMismatch(f"{_name(func)}: a host generator for cuda:0 tensors")
+
+    def _sync_kind(self, func, args, kwargs) -> str | None:
+        """The kind of host synchronisation ``func`` is on these arguments, or None."""
+        if not args or not any(self.fake(t) for t in _tensors(args, kwargs)):
+            return None
+        if func in SYNCS:
+            return SYNCS[func]
+        blocking = not kwargs.get("non_blocking", False)
+        if func is torch.Tensor.cpu and self.fake(args[0]):
+            return "cpu"
+        if func is torch.Tensor.to and self.fake(args[0]) and blocking:
+            return None if self._to_target(args[0], args, kwargs)[0] else "to host"
+        if func is torch.Tensor.copy_ and self.fake(args[1]) and not self.fake(args[0]):
+            return "copy to host" if blocking and not (len(args) > 2 and args[2]) else None
+        if func in _INDEXING and self.fake(args[0]):
+            index = tree_flatten(args[1])[0]
+            return (
+                "boolean index"
+                if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
+                else None
+            )
+        if func in (torch.repeat_interleave, torch.Tensor.repeat_interleave) and len(args) > 1:
+            return "repeat_interleave" if isinstance(args[1], torch.Tensor) else None
+        if func is torch.where and len(args) == 1:
+            return "nonzero"
+        return None
 
     def _move(self, func, args, kwargs):
         """``.to`` / ``.cuda()`` / ``.cpu()``: the copy runs on the host; only the label moves."""
@@ -206,6 +278,16 @@ class VirtualCuda(TorchFunctionMode):
         if "device" in kwargs:
             dest, kwargs = _is_fake(kwargs["device"]), {**kwargs, "device": HOST}
         return dest, (src, *rest), kwargs
+
+
+def _caller() -> str:
+    """``file:line`` of the first frame outside torch and this audit."""
+    f = sys._getframe(2)
+    while f is not None and (
+        any(p in f.f_code.co_filename for p in _PASS_THROUGH) or f.f_code.co_filename == __file__
+    ):
+        f = f.f_back
+    return "?" if f is None else f"{f.f_code.co_filename.rsplit('/', 2)[-1]}:{f.f_lineno}"
 
 
 def _name(func) -> str:

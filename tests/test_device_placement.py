@@ -47,10 +47,15 @@ def _on_device(audit: VirtualCuda, module) -> bool:
     return all(audit.fake(p) for p in module.parameters())
 
 
-def _run(method: str, path: str, audit: VirtualCuda, eval_kw=None, online_kw=None, zero_stage=0):
+def _run(
+    method: str, path: str, audit: VirtualCuda, eval_kw=None, online_kw=None, zero_stage=0, dtype="bf16"
+):
+    """One method trained and evaluated on ``cuda:0``, in bf16 (what ``model.dtype: auto`` is on a GPU)
+    unless ``dtype`` says otherwise."""
     eval_kw, online_kw = eval_kw or {}, online_kw or {}
     spec = losses.get(method)
     cfg = cfg_for(path, method, max_steps=2, zero_stage=zero_stage)
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": dtype})})
     small = {"n_test": 4, "n_ood": 2, "k": 2, "n_samples": 2, "n_sampled": 2, "max_new_tokens": 8}
     cfg = cfg.model_copy(
         update={
@@ -103,9 +108,8 @@ def test_rollout_copy_and_reference_live_on_the_device(micro_model_dir, virtual_
         return real_run(self)
 
     monkeypatch.setattr(Loop, "run_all", spy)
-    _run(
-        "grpo", micro_model_dir, virtual_cuda, {"backend": "lean"}, {"backend": "lean", "share_prompt": True}
-    )
+    lean = {"backend": "lean", "share_prompt": True}
+    _run("grpo", micro_model_dir, virtual_cuda, {"backend": "lean"}, lean, dtype="fp32")
     loop = seen["loop"]
     assert _on_device(virtual_cuda, loop.source.worker.model)
     assert loop.learner.live_ref is None or _on_device(virtual_cuda, loop.learner.live_ref.model)
@@ -124,3 +128,80 @@ def test_the_audit_catches_a_host_batch(micro_model_dir):
             model(input_ids=torch.zeros(2, 5, dtype=torch.long))
         out = model(input_ids=torch.zeros(2, 5, dtype=torch.long, device=FAKE))
         assert out.logits.device == FAKE and out.logits.cpu().device.type == "cpu"
+
+
+def test_the_audit_catches_mixed_dtypes_where_cuda_refuses_them():
+    """A bf16 weight meeting an fp32 activation in a matmul, linear, attention or index op fails as on a
+    GPU; elementwise promotion and 0-dim scalars pass, as they do there."""
+    from device_audit import DtypeMismatch
+
+    w = torch.randn(4, 4, dtype=torch.bfloat16)
+    with VirtualCuda() as audit:
+        w_dev, x = w.to(FAKE), torch.randn(2, 4, device=FAKE)
+        for op in (
+            lambda: x @ w_dev,
+            lambda: torch.nn.functional.linear(x, w_dev),
+            lambda: torch.nn.functional.scaled_dot_product_attention(x[None], w_dev[None], w_dev[None]),
+            lambda: torch.zeros(4, 4, device=FAKE).index_put_((torch.arange(2, device=FAKE),), w_dev[:2]),
+        ):
+            with pytest.raises(DtypeMismatch, match="mixed dtypes"):
+                op()
+        assert (x * w_dev[:2]).dtype == torch.float32 and (w_dev * torch.tensor(2.0)).dtype == torch.bfloat16
+        assert audit.syncs == {}
+
+
+def test_the_audit_counts_host_synchronisations():
+    with VirtualCuda() as audit:
+        x = torch.arange(6.0, device=FAKE)
+        x.sum().item(), x.tolist(), bool(x.sum()), int(x[0]), x.nonzero(), x[x > 2], x.cpu()
+        host = torch.empty(6)
+        host.copy_(x, non_blocking=True)  # pinned staging: no wait
+        host.copy_(x)
+        x[torch.arange(2, device=FAKE)] = 0.0  # integer indices on the device: no wait
+        torch.where(x > 1, x, 0.0), x.repeat_interleave(2)
+    assert audit.syncs == {
+        "item": 1,
+        "tolist": 1,
+        "bool": 1,
+        "int": 1,
+        "nonzero": 1,
+        "boolean index": 1,
+        "cpu": 1,
+        "copy to host": 1,
+    }
+    assert all("test_device_placement.py" in site for site in audit.sync_sites)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_lean_decoder_never_waits_for_the_device_per_token(dtype, micro_model_dir):
+    """Rollouts through the lean decoder on ``cuda:0``: no host synchronisation grows with the number of
+    generated tokens (0 per token), a constant per rollout batch (the samples read back at its end),
+    rows ending and leaving the batch on the way; and no op mixes dtypes."""
+    from transformers import AutoModelForCausalLM
+
+    from oxbench.models.tokenizer import build_char_tokenizer
+    from oxbench.text.generation import sample
+
+    model = AutoModelForCausalLM.from_pretrained(micro_model_dir, dtype=dtype).eval()
+    tok = build_char_tokenizer()
+    tok.padding_side = "left"
+    counts = {}
+    for width in (8, 40):
+        with VirtualCuda() as audit:
+            audit.place(model)
+            out = sample(
+                model,
+                tok,
+                ["1 + 2 =", "Q: 7 - 3?"],
+                max_new_tokens=width,
+                temperature=1.0,
+                num_return_sequences=16,
+                batch_size=2,
+                generator_seed=0,
+                backend="lean",
+            )
+        counts[width] = dict(audit.syncs)
+    ended = [s.finished for group in out for s in group]
+    assert any(ended) and not all(ended)  # rows left the batch at end-of-sequence
+    assert counts[8] == counts[40], counts
+    assert sum(counts[40].values()) <= 4, audit.sync_sites

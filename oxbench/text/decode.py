@@ -18,10 +18,13 @@ given seed are not HF's. Models of another architecture, or wrapped by PEFT, use
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 import torch.nn.functional as F
 
 SUPPORTED = ("qwen2", "llama")
+GPU_LAG = 4  # steps the host may run ahead of the device before it reads which rows ended (:class:`_Ended`)
 
 
 def supports(model) -> bool:
@@ -73,10 +76,11 @@ class LeanDecoder:
     """Built per :func:`sample` call from the model's current weights (the projections that share an
     input are concatenated, a copy, so build it again after the weights change)."""
 
-    def __init__(self, model):
+    def __init__(self, model, lag: int | None = None):
         if not supports(model):
             raise ValueError(f"the lean decoder runs Qwen2/Llama models, not {type(model).__name__}")
         cfg, inner = model.config, model.model
+        self.lag = lag  # how many steps late the host learns which rows ended (:class:`_Ended`; None: auto)
         self.eps = cfg.rms_norm_eps
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
@@ -136,7 +140,11 @@ class LeanDecoder:
         consecutive (HF's order). ``new_ids`` (B·n, W) are the sampled tokens (``eos_id`` after the end),
         ``logps`` (B·n, W) their temperature-1 log-probs; ``temperature == 0`` is greedy. Each prompt is
         prefilled once and its cache shared by its ``n`` samples. Rows that have ended stay in the batch
-        (their draws discarded) until a quarter of it has ended, then leave it with their caches."""
+        (their draws discarded) until a quarter of it has ended, then leave it with their caches.
+
+        No step waits for the device (:class:`_Ended`): tokens and log-probs are written with
+        ``torch.where`` and integer row indices (no boolean indexing, no ``nonzero``), and the host
+        learns how many rows have ended from a non-blocking copy read ``lag`` steps later on a GPU."""
         b, p = input_ids.shape
         total, dev = p + max_new_tokens, input_ids.device
         shape = (b, self.kv_heads, total, self.head_dim)
@@ -144,30 +152,33 @@ class LeanDecoder:
         allowed = torch.zeros(b, total, dtype=torch.bool, device=dev)
         allowed[:, :p] = attention_mask.bool()
         causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
-        self_only = torch.eye(
-            p, dtype=torch.bool, device=dev
-        )  # a padding position sees itself (no all-masked row: NaN)
+        self_only = torch.eye(p, dtype=torch.bool, device=dev)  # a padding position sees itself (no NaN row)
         pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         logits = self.forward(input_ids, pos, cache, 0, (causal & allowed[:, None, None, :p]) | self_only)
         cache = [(_repeat_prompt(kc, n, p), _repeat_prompt(vc, n, p)) for kc, vc in cache]
         logits, allowed, last = logits.repeat_interleave(n, 0), allowed.repeat_interleave(n, 0), pos[:, -1]
         new_ids = torch.full((b * n, max_new_tokens), eos_id, dtype=torch.long, device=dev)
-        logps = torch.zeros(b * n, max_new_tokens, device=dev)
+        logps = torch.zeros(b * n, max_new_tokens, dtype=torch.float32, device=dev)
         rows, last = torch.arange(b * n, device=dev), last.repeat_interleave(n)  # each row's output row
         done = torch.zeros(b * n, dtype=torch.bool, device=dev)
+        lag = self.lag if self.lag is not None else (0 if dev.type == "cpu" else GPU_LAG)
+        ended, width = _Ended(lag), b * n  # width: rows in the batch, known to the host
         for t in range(max_new_tokens):
             tok = self._draw(logits, temperature, generator)
-            live = ~done
-            new_ids[rows[live], t] = tok[live]
-            logps[rows[live], t] = logits[live].float().log_softmax(-1).gather(1, tok[live, None])[:, 0]
+            lp = logits.float().log_softmax(-1).gather(1, tok[:, None])[:, 0]
+            new_ids[rows, t] = torch.where(done, eos_id, tok)
+            logps[rows, t] = torch.where(done, 0.0, lp)
             allowed[rows, p + t] = True
             done |= tok == eos_id
-            if done.all() or t == max_new_tokens - 1:
+            seen = ended.push(done)  # (rows ended, which) as of `lag` steps ago; None while it is too early
+            if t == max_new_tokens - 1 or (seen is not None and seen[0] == width):
                 break
-            if 4 * int(done.sum()) > len(rows):
-                keep = ~done
+            if seen is not None and 4 * seen[0] > width:
+                keep = torch.argsort(seen[1].to(torch.uint8), stable=True)[: width - seen[0]]  # in order
                 rows, tok, last, done = rows[keep], tok[keep], last[keep], done[keep]
                 cache = [(kc[keep], vc[keep]) for kc, vc in cache]
+                width -= seen[0]
+                ended.clear()  # counts taken before the batch shrank are of other rows
             last = last + 1
             logits = self.forward(
                 tok[:, None], last[:, None], cache, p + t, allowed[rows, None, None, : p + t + 1]
@@ -176,7 +187,50 @@ class LeanDecoder:
 
     @staticmethod
     def _draw(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+        """Greedy, or one draw from softmax(logits / T): ``torch.multinomial``'s own one-sample method
+        (probs / Exp(1) noise, then argmax; the same ids and generator state as ``multinomial`` on the
+        CPU), written out because ``multinomial`` checks its input on the host first, a device wait
+        per token on a GPU."""
         if temperature <= 0:
             return logits.argmax(-1)
         probs = torch.softmax(logits.float() / temperature, -1)
-        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+        return (probs / torch.empty_like(probs).exponential_(1, generator=generator)).argmax(-1)
+
+
+class _Ended:
+    """How many rows of a decoding batch have ended, as the host learns it.
+
+    On the CPU, at once (reading a count costs nothing there: ``lag`` 0). On a GPU, ``lag`` steps late,
+    so that the loop never waits for the step it has just queued: each step's count is copied to pinned
+    host memory without blocking, and :meth:`push` returns the count of ``lag`` steps back, waiting (if
+    the device is that far behind at all) on that step's event while the ``lag`` later steps stay
+    queued. The decisions it feeds (ended rows leave the batch, the loop stops) then come ``lag`` steps
+    later than on the CPU, always the same steps for the same samples: rows that ended meanwhile draw
+    tokens that are discarded."""
+
+    def __init__(self, lag: int):
+        self.lag = lag
+        pinned = torch.cuda.is_available()  # this build can pin (a CPU-only build cannot)
+        self.host = torch.zeros(self.lag + 1, dtype=torch.long, device="cpu", pin_memory=pinned)
+        self.queue: deque = deque()  # (host slot, the step's ended mask, its event)
+        self.step = 0
+
+    def push(self, done: torch.Tensor) -> tuple[int, torch.Tensor] | None:
+        if not self.lag:
+            return int(done.sum()), done
+        slot = self.host[self.step % (self.lag + 1)]
+        slot.copy_(done.sum(), non_blocking=True)
+        event = torch.cuda.Event() if torch.cuda.is_available() else None
+        if event is not None:
+            event.record()
+        self.queue.append((slot, done.clone(), event))
+        self.step += 1
+        if len(self.queue) <= self.lag:
+            return None
+        slot, mask, event = self.queue.popleft()
+        if event is not None:
+            event.synchronize()
+        return int(slot), mask
+
+    def clear(self) -> None:
+        self.queue.clear()
