@@ -10,6 +10,7 @@
 set -uo pipefail
 KIT="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
+cd "$KIT/src" || exit 1   # so that the check below imports the kit's oxbench, not one in the caller's folder
 
 mapfile -t missing < <("$PY" - "$KIT/wheels" <<'PY'
 import glob, os, sys
