@@ -25,7 +25,7 @@ def checksum(tensors) -> float:
 def test_spin_samples_each_iteration_from_the_frozen_iterate(monkeypatch, micro_model_dir):
     D.init_distributed()
     generated, synced, refreshed = [], [], []
-    real_rollouts, real_sync, real_refresh = RolloutWorker.rollouts, RolloutWorker.sync, LiveReference.refresh
+    real_rollouts, real_pull, real_refresh = RolloutWorker.rollouts, RolloutWorker.pull, LiveReference.refresh
 
     def rollouts(self, *a, **k):
         out = real_rollouts(self, *a, **k)
@@ -34,16 +34,16 @@ def test_spin_samples_each_iteration_from_the_frozen_iterate(monkeypatch, micro_
         )
         return out
 
-    def sync(self, state, version):
-        synced.append((version, checksum(state.values())))
-        return real_sync(self, state, version)
+    def pull(self, version):  # the learner's weights copied into the sampler, in place
+        real_pull(self, version)
+        synced.append((version, checksum(self.model.state_dict().values())))
 
     def refresh(self, state, alpha=1.0):
         real_refresh(self, state, alpha)
         refreshed.append((alpha, checksum(self.model.state_dict().values())))
 
     monkeypatch.setattr(RolloutWorker, "rollouts", rollouts)
-    monkeypatch.setattr(RolloutWorker, "sync", sync)
+    monkeypatch.setattr(RolloutWorker, "pull", pull)
     monkeypatch.setattr(LiveReference, "refresh", refresh)
 
     spec = losses.get("spin")

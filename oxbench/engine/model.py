@@ -7,6 +7,7 @@ losses, :func:`online_policy`), and only the loss differs after that.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -102,15 +103,57 @@ def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None
     return engine
 
 
+@contextlib.contextmanager
+def gathered(module):
+    """``module`` with its full parameters for the duration: under ZeRO-3 (its parameters partitioned) a
+    gather, a collective every rank enters; otherwise nothing to do. The weight gather every sync, snapshot
+    and evaluation takes (``sync_s`` counts it: tests slow it down through this name)."""
+    params = list(module.parameters())
+    if not any(hasattr(p, "ds_id") for p in params):  # DeepSpeed marks ZeRO-3's partitioned parameters
+        yield module
+        return
+    deepspeed = D.import_deepspeed()
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        yield module
+
+
+def to_host(state: dict[str, torch.Tensor], *, copy: bool = True) -> dict[str, torch.Tensor]:
+    """``state`` on the host: a tensor on a CUDA device goes through pinned memory (one asynchronous copy
+    each, then one wait for them all); a host tensor is cloned (``copy``) or passed as it is. On a CPU-only
+    build nothing is pinned (it would fail) and the copies are the plain clones they always were."""
+    out, waits = {}, False
+    for k, v in state.items():
+        v = v.detach()
+        if v.device.type == "cuda" and torch.cuda.is_available():
+            out[k] = torch.empty(v.shape, dtype=v.dtype, device="cpu", pin_memory=True)
+            out[k].copy_(v, non_blocking=True)
+            waits = True
+        else:
+            out[k] = v.clone() if copy and v.device.type == "cpu" else v.to("cpu", copy=copy)
+    if waits:
+        torch.cuda.synchronize()  # the pinned copies are complete before anyone reads them
+    return out
+
+
 def full_state_dict(engine) -> dict[str, torch.Tensor]:
-    """The policy's full weights on every rank (gathered under ZeRO-3), detached CPU copies."""
-    module = engine.module
-    if engine.zero_optimization_stage() == 3:
-        deepspeed = D.import_deepspeed()
-        params = list(module.parameters())
-        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-            return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
-    return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
+    """The policy's full weights on every rank (gathered under ZeRO-3): detached host copies, staged
+    through pinned memory from a GPU (a snapshot that outlives the step: checkpoints, the delayed
+    source's ring, evaluation)."""
+    with gathered(engine.module) as module:
+        return to_host(module.state_dict())
+
+
+@torch.no_grad()
+def copy_weights(source: nn.Module, target: nn.Module) -> None:
+    """``source``'s weights (the live policy LM, gathered under ZeRO-3) into ``target``'s, a copy of the
+    same architecture (a rollout copy), in place: device to device on a GPU, no host round trip and no
+    intermediate copy. Bitwise what ``target.load_state_dict(full_state_dict(...))`` gives: both are one
+    ``copy_`` per tensor. Keys ``target`` lacks are skipped, as ``load_state_dict(strict=False)`` does."""
+    own = target.state_dict()
+    with gathered(source) as module:
+        for k, v in module.state_dict().items():
+            if k in own:
+                own[k].copy_(v)
 
 
 def lm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

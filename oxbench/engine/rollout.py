@@ -1,8 +1,8 @@
 """Rollouts for online methods: a generation copy of the policy that knows its version.
 
 The :class:`RolloutWorker` holds its own copy of the policy weights (as a vLLM server
-would) and generates with the KV cache. ``sync`` copies the trainer's current weights in
-and stamps them with the policy version; every :class:`Rollout` records the version that
+would) and generates with the KV cache. ``pull`` copies the trainer's current weights in (in
+place, device to device; ``sync`` loads a snapshot) and stamps them with the policy version; every :class:`Rollout` records the version that
 produced it. Synchronising every step gives on-policy RL; synchronising less often gives
 rollouts from stale policies (asynchronous RL), with the staleness visible to the loss.
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 import oxbench.device as placement
+from oxbench.engine import model as M
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -76,11 +77,13 @@ class RolloutWorker:
     ``memory``: :class:`~oxbench.engine.vllm_client.VllmEngine`'s keywords) for backend ``vllm``."""
 
     def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf", vllm: dict | None = None):
+        self.source = model  # the live policy LM the learner trains, which :meth:`pull` copies from
         self.model, self.backend = placement.place(copy.deepcopy(model).eval()), backend
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1
-        self.sync_seconds = 0.0  # time in sync (weights in, and to a vLLM server) since take_sync_seconds
+        # time in weight syncs since take_sync_seconds: the gather, the copy in, and to a vLLM server
+        self.sync_seconds = 0.0
         self.vllm = None
         if backend == "vllm":
             from oxbench.engine.vllm_client import VllmEngine
@@ -88,17 +91,39 @@ class RolloutWorker:
             self.vllm = VllmEngine(self.model, tokenizer, threads=torch.get_num_threads(), **(vllm or {}))
 
     @torch.no_grad()
+    def pull(self, version: int) -> None:
+        """Take the learner's weights now, as ``version``: gathered (ZeRO-3) and copied in place into this
+        copy's parameters (device to device, no host round trip), then to a vLLM server. All of it, the
+        gather included, counts as sync time."""
+        start = time.perf_counter()
+        M.copy_weights(self.source, self.model)
+        self._loaded(version, start)
+
+    @torch.no_grad()
     def sync(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Load a snapshot (``state_dict``, e.g. a delayed source's or a checkpoint's) as ``version``."""
         start = time.perf_counter()
         self.model.load_state_dict(state_dict, strict=False)
+        self._loaded(version, start)
+
+    def _loaded(self, version: int, start: float) -> None:
         if self.vllm is not None:
             self.vllm.sync(self.model.state_dict())
         self.version = version
         self.sync_seconds += time.perf_counter() - start
 
+    def snapshot(self, weights) -> dict[str, torch.Tensor]:
+        """``weights()`` (the learner's full weights, host copies: a gather under ZeRO-3), its time counted
+        as sync time (a delayed source gathers a snapshot at one step and loads it at a later one)."""
+        start = time.perf_counter()
+        state = weights()
+        self.sync_seconds += time.perf_counter() - start
+        return state
+
     def take_sync_seconds(self) -> dict[str, float]:
-        """The weight-sync time since the last call, for a metrics row: ``sync_s`` (the whole sync) and,
-        with the vLLM backend, ``vllm_sync_s`` (its part: the weights saved and reloaded by the server)."""
+        """The weight-sync time since the last call, for a metrics row: ``sync_s`` (the whole sync: the
+        learner's weights gathered, copied into this copy and, with the vLLM backend, sent to the server)
+        and ``vllm_sync_s`` (the server's part: the weights saved and reloaded by it)."""
         out = {"sync_s": self.sync_seconds}
         if self.vllm is not None:
             out["vllm_sync_s"], self.vllm.sync_seconds = self.vllm.sync_seconds, 0.0

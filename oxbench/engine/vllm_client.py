@@ -203,12 +203,15 @@ class VllmEngine:
 
     def sync(self, state_dict: dict) -> None:
         """New weights, through a file beside the socket (tensors pickled over a connection would be
-        shared by file descriptor, which needs both processes to be one multiprocessing family)."""
+        shared by file descriptor, which needs both processes to be one multiprocessing family). From a
+        GPU they are staged through pinned host memory (:func:`~oxbench.engine.model.to_host`)."""
         import torch
+
+        from oxbench.engine.model import to_host
 
         start = time.perf_counter()
         path = self.dir / "weights.pt"
-        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, path)
+        torch.save(to_host(state_dict, copy=False), path)
         self._call({"op": "sync", "path": str(path)})
         self.sync_seconds += time.perf_counter() - start
 

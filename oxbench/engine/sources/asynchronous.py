@@ -99,18 +99,23 @@ class AsyncSource(RolloutSource):
         return experience
 
     def after_step(self, version: int) -> None:
-        """Publish the learner's new weights to the producer; the time it takes is the round's ``sync_s``."""
+        """Publish the learner's new weights to the producer: gathered (ZeRO-3) and copied straight from
+        the live parameters into the shared tensors (no intermediate copy). The time it takes, gather
+        included, is the round's ``sync_s``; the producer's own copy out of the shared tensors happens in
+        its process, inside its ``producer_wait``."""
+        from oxbench.engine.model import gathered
         from oxbench.engine.producer import publish
 
         super().after_step(version)
         start = time.perf_counter()
-        publish(self.shared, self.r.weights(), self.shared_version, version, self.lock)
+        with gathered(self.worker.source) as lm:
+            publish(self.shared, lm.state_dict(), self.shared_version, version, self.lock)
         self.stats["sync_s"] = self.stats.get("sync_s", 0.0) + time.perf_counter() - start
 
     def load_state_dict(self, state: dict) -> None:
         """A resumed producer starts afresh from the learner's weights at the round it resumes."""
         self.version, self.consumed = state["version"], state["consumed"]
-        self.worker.sync(self.r.weights(), self.version)
+        self.worker.pull(self.version)
 
     def close(self) -> None:
         if self.process is not None:

@@ -16,17 +16,18 @@ class DelayedSource(RolloutSource):
         self.staleness, self.ring = staleness, {}  # version -> weights: the S + 1 newest
 
     def draw(self, rnd: int, sample: Callable[[], list[Rollout]]) -> list[Rollout]:
-        if not self.ring:
-            self.ring[self.version] = self.r.weights()  # the initial policy, version 0
+        if not self.ring:  # the initial policy, version 0 (snapshots: gathered host copies, timed as sync)
+            self.ring[self.version] = self.worker.snapshot(self.r.weights)
         behind = max(0, self.version - self.staleness)
         if self.worker.version != behind:
             self.worker.sync(self.ring[behind], behind)
         return sample()
 
     def after_step(self, version: int) -> None:
-        """Keep the snapshot of ``version``, and only the S + 1 newest (the oldest a batch may use)."""
+        """Keep the snapshot of ``version``, and only the S + 1 newest (the oldest a batch may use). Its
+        gather counts in the next round's ``sync_s``, with the load of the snapshot that round samples with."""
         super().after_step(version)
-        self.ring[version] = self.r.weights()
+        self.ring[version] = self.worker.snapshot(self.r.weights)
         for old in [v for v in self.ring if v < version - self.staleness]:
             del self.ring[old]
 

@@ -20,10 +20,9 @@ class SyncSource(RolloutSource):
     def draw(self, rnd: int, sample: Callable[[], list[Rollout]]) -> list[Rollout]:
         if self.per_iteration is not None:
             if rnd % self.per_iteration == 0:  # a new iterate: it samples this iteration and is the reference
-                state = self.r.weights()
-                self.worker.sync(state, self.version)
+                self.worker.pull(self.version)
                 if rnd > 0:
-                    self.live_ref.refresh(state, 1.0)
+                    self.live_ref.refresh(self.worker.model.state_dict(), 1.0)
         elif rnd % self.sync_every == 0:
-            self.worker.sync(self.r.weights(), self.version)
+            self.worker.pull(self.version)  # gather + copy in (+ to a vLLM server): the round's sync_s
         return sample()
