@@ -79,6 +79,47 @@ def staleness_histogram(lags: list[int]) -> list[int]:
     return out
 
 
+SKETCH = 2**21  # floats (8 MiB in fp32): the most the gradient-cosine diagnostic keeps of a gradient
+SKETCH_CHUNK = 2**24  # gradient elements hashed at a time (the transient indices: 128 MiB of int64)
+SKETCH_SEED = 0x6F78  # fixed: every step's sketch uses the same hash, so sketches of two steps compare
+
+
+@torch.no_grad()
+def grad_sketch(grads: list[torch.Tensor], size: int | None = None) -> torch.Tensor | None:
+    """What the gradient cosine keeps of a gradient (``grads``: its parameters' pieces, in order), at most
+    ``size`` floats, never a full copy of a large gradient.
+
+    A gradient of at most ``size`` (default :data:`SKETCH`) elements is kept whole (fp32, flattened): the cosine is exact, as it
+    always was (every tiny rung: the committed records' values are reproduced bit for bit). A larger one
+    is CountSketched (Charikar et al. 2002): element ``i`` of the flattened gradient is added, with a sign
+    ``s(i)``, into bucket ``h(i)`` of ``size``, both hashes drawn once from a fixed seed by position. The
+    sketch is linear with E[<Sa, Sb>] = <a, b>, so the cosine of two sketches estimates the cosine of
+    the two gradients with an error of order 1/sqrt(size) (about 0.001). Positions are global, so
+    sketching one flattened vector gives the same sketch as sketching its pieces."""
+    if not grads:
+        return None
+    size = SKETCH if size is None else size
+    if sum(g.numel() for g in grads) <= size:
+        return torch.cat([g.detach().flatten().float() for g in grads])
+    dev = grads[0].device
+    out = torch.zeros(size, dtype=torch.float32, device=dev)
+    gen, cached, hashes, offset = torch.Generator(device=dev), -1, None, 0
+    for g in grads:
+        flat, done = g.detach().reshape(-1), 0
+        while done < flat.numel():
+            chunk, at = divmod(offset + done, SKETCH_CHUNK)
+            if chunk != cached:  # a chunk's hashes depend only on its position: the same every step
+                gen.manual_seed(SKETCH_SEED + chunk)
+                hashes = torch.randint(2 * size, (SKETCH_CHUNK,), generator=gen, dtype=torch.long, device=dev)
+                cached = chunk
+            take = min(flat.numel() - done, SKETCH_CHUNK - at)
+            h, part = hashes[at : at + take], flat[done : done + take].float()
+            out.index_add_(0, h >> 1, torch.where((h & 1) == 1, part, -part))
+            done += take
+        offset += flat.numel()
+    return out
+
+
 def cosine(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None:
     """cos(a, b) of two flattened gradients, None when either is missing or zero."""
     if a is None or b is None:

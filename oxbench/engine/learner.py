@@ -132,19 +132,24 @@ class Learner:
         True  # offline: at step 0 the policy's log-probs must equal the cached reference's
     )
     diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
-    _prev_grad: torch.Tensor | None = None
+    _prev_grad: torch.Tensor | None = None  # the last step's gradient sketch (diagnostics.grad_sketch)
 
     def __post_init__(self):
         self.state = self.state or LossState(self.spec)
 
     def state_dict(self) -> dict:
         """What the learner carries across optimiser steps, for a checkpoint: the loss's state, the
-        last step's gradient (for the next step's gradient cosine) and a live reference's weights."""
+        last step's gradient sketch (for the next step's gradient cosine; at most ``diagnostics.SKETCH``
+        floats) and a live reference's weights."""
         ref = None if self.live_ref is None else self.live_ref.model.state_dict()
         return {"loss_state": self.state.value, "prev_grad": self._prev_grad, "live_ref": ref}
 
     def load_state_dict(self, saved: dict) -> None:
-        self.state.value, self._prev_grad = saved["loss_state"], saved["prev_grad"]
+        """A checkpoint written before the sketch holds the whole last gradient: sketched on load (the
+        sketch is by position, so it equals the one that gradient would have had), exact when small."""
+        prev = saved["prev_grad"]
+        self.state.value = saved["loss_state"]
+        self._prev_grad = None if prev is None else diag.grad_sketch([prev])
         if self.live_ref is not None:
             self.live_ref.model.load_state_dict(saved["live_ref"])
 
@@ -319,15 +324,10 @@ class Learner:
         ranks = D.all_gather_objects({"sums": sums, "lags": lags})
         out = diag.combine([s for r in ranks for s in r["sums"]])
         out["staleness_hist"] = diag.staleness_histogram([lag for r in ranks for lag in r["lags"]])
-        if self.engine.zero_optimization_stage() == 0:
-            grads = [
-                p.grad.detach().flatten().float()
-                for p in self.engine.module.parameters()
-                if p.grad is not None
-            ]
-            grad = torch.cat(grads) if grads else None
-            out["grad_cosine"] = diag.cosine(grad, self._prev_grad)
-            self._prev_grad = grad.clone() if grad is not None else None
+        if self.engine.zero_optimization_stage() == 0:  # bounded: no full copy of a large gradient
+            sketch = diag.grad_sketch([p.grad for p in self.engine.module.parameters() if p.grad is not None])
+            out["grad_cosine"] = diag.cosine(sketch, self._prev_grad)
+            self._prev_grad = sketch
         return out
 
     def _inputs(self, prep: Prepared, m: int, version: int) -> tuple[LossInputs, dict, bool]:
