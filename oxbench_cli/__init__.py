@@ -233,6 +233,9 @@ def run(
     fresh: bool = typer.Option(
         False, "--fresh", help="local: a fresh process per cell instead of warm workers that import once."
     ),
+    rerun: bool = typer.Option(
+        False, "--rerun", help="Train finished cells again (each old record kept as run.replaced.json)."
+    ),
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
     _check_run_options(executor, workers, nproc, out)
@@ -240,7 +243,7 @@ def run(
     if (grid is None) == (config is None):
         fail("give exactly one of --grid FILE or --config FILE")
     if config is not None:
-        _run_single(config, out, plan)
+        _run_single(config, out, plan, rerun)
         return
     try:
         g = load_grid(grid)
@@ -253,6 +256,8 @@ def run(
     _warn_missing_trackers(cells)
     if plan:
         return
+    if rerun:
+        _retire(cells, out)
     todo = [c for c in cells if _status(c, out) != "finished"]
     with _stoppable() as stop:
         try:
@@ -421,7 +426,9 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
             return executors.run_slurm(todo, out, nproc=nproc, cluster=slurm_cluster, on_done=on_done)
 
 
-def _run_single(config: Path, out: Path, plan: bool) -> None:
+def _run_single(config: Path, out: Path, plan: bool, rerun: bool) -> None:
+    """One cell in this process, under its run directory's lock (as a grid's cells): a finished cell is
+    not trained again unless ``rerun``; one another process is training is left to it."""
     try:
         cfg = load_run_config(config)
     except GridError as exc:
@@ -430,19 +437,36 @@ def _run_single(config: Path, out: Path, plan: bool) -> None:
         print_plan([cfg], out)
         return
     _check_out_writable(out)
+    if rerun:
+        _retire([cfg], out)
+    elif _status(cfg, out) == "finished":
+        out_console.print(
+            f"run {cfg.run_id()} is finished ({run_dir(out, cfg.grid, cfg.run_id())}); --rerun trains it again"
+        )
+        return
     from oxbench.engine import distributed as D  # training: torch from here on
-    from oxbench.engine.checkpoint import signals_handled
-    from oxbench.grid.runner import run_cell
+    from oxbench.grid.cell import run_locked
 
-    with signals_handled():  # SIGTERM, SIGUSR1, Ctrl-C: checkpoint, record "preempted", exit 1
-        rec = run_cell(cfg, out)
+    rec = run_locked(cfg, out, say_failure=False)
     main = D.is_main()
     D.shutdown()
+    if rec is None:  # its line is said: another process holds the lock
+        return
     if main:
         out_console.print(summary_table([rec], f"{cfg.run_id()}"))
     if rec["status"] != "finished":
         code = 2 if _bad_input(rec["error"]) else 1
         fail(f"run {rec['run_id']} {rec['status']}: {rec['error']}", code=code)
+
+
+def _retire(cells, out: Path) -> None:
+    """``--rerun``: each finished cell's record set aside under its lock; a cell being trained by another
+    process is left to it, said in one line."""
+    from oxbench.grid.runs import retire_finished
+
+    for c in cells:
+        if retire_finished(run_dir(out, c.grid, c.run_id())) == "locked":
+            err_console.print(f"run {c.run_id()} is running in another process; not rerun", soft_wrap=True)
 
 
 def _bad_input(error: str | None) -> bool:

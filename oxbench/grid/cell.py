@@ -10,16 +10,16 @@ its record says ``preempted``).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import signals_handled
 from oxbench.grid.runner import prepare_shared, run_cell
-from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir
+from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir, run_lock
 from oxbench.plugins import load_env_plugins
 
 
@@ -41,25 +41,25 @@ def prepare(cfg_file: Path) -> None:
     prepare_shared(RunConfig(**json.loads(Path(cfg_file).read_text())), verbose=True)
 
 
-def run_locked(cfg: RunConfig, out: Path) -> dict | None:
-    """Run the cell holding the exclusive lock on its run directory (rank 0 takes it); None if another
-    process holds it. A failure is printed, for the cell's ``train.log``."""
+def run_locked(cfg: RunConfig, out: Path, *, say_failure: bool = True) -> dict | None:
+    """Run the cell holding the exclusive lock on its run directory (rank 0 takes it,
+    :func:`oxbench.grid.runs.run_lock`); None if another process holds it. A cell finished by then is
+    not trained again: its record is returned. A failure is printed (``say_failure``), for the cell's
+    ``train.log``."""
     d = run_dir(out, cfg.grid, cfg.run_id())
     d.mkdir(parents=True, exist_ok=True)
-    with open(d / ".lock", "w") as lock:
+    with run_lock(d) if D.rank_from_env() == 0 else nullcontext(True) as held:
+        if not held:
+            print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
+            return None
         if D.rank_from_env() == 0:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"run {cfg.run_id()} is already running elsewhere", file=sys.stderr)
-                return None
             done = read_record(d)
             if done is not None and done["status"] == "finished":  # another process finished it since
                 return done  # this one planned: never train a cell twice
             (d / "train.log").open("w").close()  # this run's log starts afresh (opened for append)
         with signals_handled():  # SIGTERM, SIGUSR1, Ctrl-C: checkpoint, record "preempted", exit
             rec = run_cell(cfg, out, verbose=False)
-    if rec["status"] != "finished":
+    if rec["status"] != "finished" and say_failure:
         print(f"run {rec['run_id']} {rec['status']}: {rec['error']}", file=sys.stderr)
     return rec
 

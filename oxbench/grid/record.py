@@ -52,6 +52,8 @@ class RunRecord(BaseModel):
     world_size: int | None = None
     #: the mid-run checkpoint's step this run resumed from (None: it ran from the start)
     resumed_from_step: int | None = None
+    #: trained again by ``--rerun`` over a finished record (kept beside it as ``run.replaced.json``)
+    rerun: bool = False
     #: each tracking backend and how it went: "ok", "unavailable: ...", "failed: ..."
     tracking: dict[str, str] | None = None
     # the loss (set once it is resolved)

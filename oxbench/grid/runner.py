@@ -30,7 +30,7 @@ from oxbench.engine.model import policy_weights
 from oxbench.engine.plan import RunPlan, resolve
 from oxbench.eval.evaluate import eval_backend, evaluate
 from oxbench.grid.record import RunRecord, arm_label
-from oxbench.grid.runs import MetricsLog, git_sha, packages, run_dir, write_record
+from oxbench.grid.runs import REPLACED, MetricsLog, git_sha, packages, run_dir, write_record
 from oxbench.grid.shared import prepared_marker
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import load_task_split
@@ -223,6 +223,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     """Train and evaluate one configuration; returns its record (``status`` finished, preempted or
     failed: a failure is recorded with its one-line cause, never swallowed)."""
     cell = _Cell(cfg, run_dir(out, cfg.grid, cfg.run_id()), _new_record(cfg), verbose)
+    cell.record.rerun = (cell.dir / REPLACED).is_file()
     D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
     cell.record.world_size = D.world_size()

@@ -7,9 +7,13 @@ directory whose ``run.json`` says ``finished`` is complete; anything else (no re
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import platform
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -39,6 +43,36 @@ def run_dir(out: Path, grid: str, run_id: str) -> Path:
 
 
 LOCKED_EXIT = 3  # a cell process's exit code when another process holds its run's lock (oxbench.grid.cell)
+REPLACED = "run.replaced.json"  # a finished record that ``--rerun`` set aside, kept beside its successor
+
+
+@contextmanager
+def run_lock(d: Path) -> Iterator[bool]:
+    """The run directory's exclusive lock (``flock`` on ``d/.lock``): True while this process holds it,
+    False when another one does (it is never waited for). The one discipline for every path that trains
+    a cell or writes its record: a grid's cells, ``run --config``, resumes and ``--rerun``. The lock
+    dies with its process, so a killed run leaves nothing to clean up."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+def retire_finished(d: Path) -> str:
+    """``--rerun``: under the lock, set a finished record aside (``run.json`` -> :data:`REPLACED`), so
+    the cell trains again and its new record says so. ``retired``, ``not finished`` or ``locked``."""
+    with run_lock(d) as held:
+        if not held:
+            return "locked"
+        rec = read_record(d)
+        if rec is None or rec["status"] != "finished":
+            return "not finished"
+        os.replace(d / "run.json", d / REPLACED)
+        return "retired"
 
 
 def read_record(path: Path) -> dict | None:
