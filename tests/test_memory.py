@@ -217,3 +217,80 @@ def test_the_grid_goes_on_after_a_cell_runs_out_of_memory(micro_model_dir, tmp_p
         "or set model.lora.enabled true, train.zero_stage 3, model.gradient_checkpointing true"
     )
     assert recs["sft"]["status"] == "finished"
+
+
+# --------------------------------------------------------------------------- estimate against measured peak
+
+
+def _shipped_base(scale: str) -> str:
+    """The shipped base (oxbench/models/bases/) of tiny rung ``scale``: its path, loaded like any local model."""
+    import json
+
+    from oxbench.models.shipped import BASES
+    from oxbench.models.tiny import LADDER
+
+    hidden, layers, *_ = LADDER[scale]
+    for d in sorted(BASES.iterdir()):
+        c = json.loads((d / "config.json").read_text())
+        if (c["hidden_size"], c["num_hidden_layers"]) == (hidden, layers):
+            return str(d)
+    raise AssertionError(f"no shipped base of {scale}")
+
+
+def _measured_and_estimated(scale: str, backend: str | None) -> tuple[int, int]:
+    """One run of two optimiser steps on the shipped ``scale`` base, in fp32 ZeRO-0 (the CPU's): SFT
+    (``backend`` None) or GRPO with that rollout backend. Returns the measured peak of torch's CPU tensor
+    memory (the weights loaded before it, plus the high-water mark of everything allocated while it ran:
+    :func:`M.cpu_peak_bytes`) and the estimate without the CUDA context, for the padded width it trained."""
+    from helpers import length_parity_reward, rows_for
+
+    from oxbench.engine import distributed as D
+    from oxbench.engine.build import train_offline, train_online
+    from oxbench.models.loading import load_model
+
+    D.init_distributed()
+    path, online = _shipped_base(scale), backend is not None
+    cfg = RunConfig(method="grpo" if online else "sft", model={"name": path}, data={"max_len": 48},
+                    train={"batch_size": 2 if online else 8, "max_steps": None if online else 2,
+                           "warmup_ratio": 0.0},
+                    online={"n": 8, "prompts_per_batch": 2, "rounds": 2, "max_new_tokens": 32,
+                            "backend": backend or "lean", "share_prompt": False})  # fmt: skip
+    model, tok = load_model(path, cfg, init_seed=0)
+    spec = losses.get(cfg.method)
+    widths: list[tuple[int, int]] = []  # (sequences, padded tokens) of each training forward
+    model.register_forward_pre_hook(
+        lambda m, args, kw: widths.append(tuple(kw["input_ids"].shape)) if m.training else None,
+        with_kwargs=True,
+    )
+    loaded = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    if online:
+        rows = rows_for("online", 8)
+        _, peak = M.cpu_peak_bytes(lambda: train_online(cfg, spec, spec.resolve_hparams(), model, tok, rows,
+                                                        run="mem", reward_fn=length_parity_reward))  # fmt: skip
+    else:
+        rows = rows_for("sft", 32)
+        _, peak = M.cpu_peak_bytes(
+            lambda: train_offline(cfg, spec, spec.resolve_hparams(), model, tok, rows, run="mem")
+        )
+    shape = M.ModelShape.from_config(model.config)
+    # GRPO's KL reference (beta 0.04): a live frozen copy beside the policy, as check_run counts it
+    setup = M.setup_for_run(
+        cfg, shape.vocab, online=online, reference=online and spec.uses_reference(spec.resolve_hparams())
+    )
+    assert {n for n, _ in widths} == {setup.micro_seqs}
+    est = M.estimate(shape, dataclasses.replace(setup, seq_len=max(t for _, t in widths)))
+    return loaded + peak, est.total - est.cuda_context
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "scale, backend",
+    [("tiny-s", None), ("tiny-m", None), ("tiny-s", "lean"), ("tiny-m", "lean"), ("tiny-s", "hf")],
+)
+def test_the_estimate_is_within_15_percent_of_the_measured_peak(scale, backend):
+    """The estimate (the peak: what the run holds plus its largest phase) against torch's CPU tensor
+    memory at its highest, on the tiny rungs: SFT, and GRPO with its rollout copy."""
+    measured, estimated = _measured_and_estimated(scale, backend)
+    print(f"{scale} {backend or 'sft'}: measured {measured:,} B, estimated {estimated:,} B, "
+          f"{estimated / measured - 1:+.1%}")  # fmt: skip
+    assert estimated == pytest.approx(measured, rel=0.15)

@@ -14,8 +14,22 @@ A pure-Python estimate (no torch) from a model's shape and the run's settings, i
   GPU instead (``gpu_memory_utilization``), and on separate GPUs nothing on the training GPUs;
 * **rollout_kv**: the generation batch's KV cache and the per-step fp32 logits it keeps (``hf``/``lean``);
 * **activations** of one training micro-batch (all layers, or with gradient checkpointing each layer's
-  input plus one layer's intermediates) and **logits** (dtype logits, fp32 log-softmax and its gradient);
+  input plus one layer's intermediates) and **logits** (the dtype logits; in bf16 their fp32 copy, made by
+  ``logps_from_output``'s ``.float()`` or, with ``share_prompt``, the shared-prompt forward's fp32 output,
+  a view in fp32; the fp32 log-softmax and its gradient);
+* **step_temp**: AdamW's (``foreach``) temporary at the optimiser step, one fp32 tensor the size of the
+  trainable parameters (``sqrt`` of the second moment), divided under ZeRO-1/2/3;
+* **grad_sketch**: the gradient cosine's kept sketch (online, ZeRO-0): the last gradient, at most
+  ``GRAD_SKETCH`` floats (``oxbench.engine.diagnostics.SKETCH``), and this step's beside it at the step;
 * **cuda_context**: the CUDA context and allocator slack, a constant.
+
+The parts are not all held at once. :attr:`MemoryEstimate.total`, the peak, is what the run always holds
+(weights, optimiser state, copies, the kept sketch, the context; the gradients too, except in fp32 ZeRO-0
+with one micro-batch a step, where ``zero_grad`` frees them between steps and backward starts without them)
+plus the largest of its phases: the training forward and backward (activations, logits, ZeRO-3's gathered
+parameters), the optimiser step (its temporary, this step's sketch, and gradients not held throughout),
+and generation (the rollout KV cache and logits). On the CPU it is checked against the measured peak of
+the tiny rungs (``tests/test_memory.py``, :func:`cpu_peak_bytes`).
 
 The Qwen2.5 shapes (0.5B to 7B) are written down from their released ``config.json`` files. The
 estimate is an accounting, not a measurement: ``scripts/gpu_smoke.sh`` records the peak a GPU really
@@ -30,12 +44,13 @@ under ZeRO-3 whose HF rollout copy is a full, unsharded 15.2 GB on every rank.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 GIB = 2**30
 CUDA_CONTEXT = 1 * GIB  # the CUDA context, cuBLAS workspaces and allocator slack, per process
 PREFETCH_PARAMS = 50_000_000  # DeepSpeed's default stage3_prefetch_bucket_size
 LOGITS_BUDGET = 4 * GIB  # = oxbench.engine.rollout.LOGITS_BUDGET (the per-step logits generation keeps)
+GRAD_SKETCH = 2**21  # = oxbench.engine.diagnostics.SKETCH (floats the gradient cosine keeps of a gradient)
 BYTES = {"bf16": 2, "fp32": 4}
 ADAM = {"bf16": 12, "fp32": 8}  # bytes of optimiser state per trainable parameter (bf16: fp32 master too)
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -126,11 +141,12 @@ class Setup:
     gen_seqs: int = 64  # sequences in one generation batch (hf, lean)
     gen_len: int = 1024  # prompt + new tokens of a generation batch
     gen_new: int = 512  # new tokens per generated sequence
+    accum: int = 1  # micro-batches per optimiser step (gradients held across them)
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per rank, by part (module docstring)."""
+    """Bytes per rank, by part (module docstring); ``total`` is the peak."""
 
     weights: int
     gradients: int
@@ -141,7 +157,10 @@ class MemoryEstimate:
     rollout_kv: int
     activations: int
     logits: int
+    step_temp: int
+    grad_sketch: int
     cuda_context: int
+    gradients_held: bool = True  # held through the forward and backward (not freed between steps)
 
     @property
     def static(self) -> int:
@@ -149,11 +168,52 @@ class MemoryEstimate:
         return self.weights + self.gradients + self.optimizer + self.reference + self.rollout_weights
 
     @property
+    def held(self) -> int:
+        """What the run holds in every phase."""
+        grads = self.gradients if self.gradients_held else 0
+        return self.static - self.gradients + grads + self.grad_sketch + self.cuda_context
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """What each phase adds to :attr:`held` at its height."""
+        return {
+            "train": self.zero3_working + self.activations + self.logits,
+            "step": (0 if self.gradients_held else self.gradients) + self.step_temp + self.grad_sketch,
+            "generate": self.rollout_kv,
+        }
+
+    @property
     def total(self) -> int:
-        return sum(getattr(self, f.name) for f in fields(self))
+        """The peak: :attr:`held` plus the largest phase."""
+        return self.held + max(self.phases.values())
 
     def gib(self) -> dict[str, float]:
-        return {k: round(v / GIB, 2) for k, v in asdict(self).items()} | {"total": round(self.total / GIB, 2)}
+        parts = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "gradients_held"}
+        return {k: round(v / GIB, 2) for k, v in parts.items()} | {"total": round(self.total / GIB, 2)}
+
+
+def _activations(shape: ModelShape, s: Setup, w: int) -> tuple[int, int]:
+    """(activations, logits) of one training micro-batch: every layer's saved tensors (with gradient
+    checkpointing each layer's input plus one layer's), and the logits (dtype; in bf16 their fp32 copy,
+    in fp32 a view; the fp32 log-softmax and its gradient)."""
+    tokens = s.micro_seqs * s.seq_len
+    per_layer = (8 * shape.hidden + 4 * shape.intermediate + 4 * shape.kv_heads * shape.head_dim) * w
+    if s.gradient_checkpointing:
+        activations = tokens * (shape.layers * shape.hidden * w + per_layer)
+    else:
+        activations = tokens * shape.layers * per_layer
+    return activations, tokens * shape.vocab * (w + 8 + (4 if w < 4 else 0))
+
+
+def _rollout(shape: ModelShape, s: Setup, w: int, p: int) -> tuple[int, int]:
+    """(rollout weights, generation KV cache + logits) of the online backend."""
+    if s.backend in ("hf", "lean"):
+        kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * w
+        logits = min(LOGITS_BUDGET, s.gen_seqs * s.gen_new * shape.vocab * 4)
+        return p * w, s.gen_seqs * s.gen_len * kv_per_token + logits
+    if s.backend == "vllm" and s.vllm_placement == "colocate":
+        return int(s.vllm_share * s.gpu_bytes), 0
+    return 0, 0
 
 
 def estimate(shape: ModelShape, s: Setup) -> MemoryEstimate:
@@ -161,34 +221,30 @@ def estimate(shape: ModelShape, s: Setup) -> MemoryEstimate:
     w, p = BYTES[s.dtype], shape.params()
     trainable = p if s.lora_r is None else shape.lora_params(s.lora_r, list(s.lora_targets))
     shard = s.world if s.zero_stage == 3 else 1
+    opt_shard = s.world if s.zero_stage >= 1 else 1
     working = 0
     if s.zero_stage == 3:
         working = (max(shape.layer_params(), shape.vocab * shape.hidden) + PREFETCH_PARAMS) * w
-    rollout_weights = rollout_kv = 0
-    if s.backend in ("hf", "lean"):
-        rollout_weights = p * w
-        kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * w
-        logits = min(LOGITS_BUDGET, s.gen_seqs * s.gen_new * shape.vocab * 4)
-        rollout_kv = s.gen_seqs * s.gen_len * kv_per_token + logits
-    elif s.backend == "vllm" and s.vllm_placement == "colocate":
-        rollout_weights = int(s.vllm_share * s.gpu_bytes)
-    tokens = s.micro_seqs * s.seq_len
-    per_layer = (8 * shape.hidden + 4 * shape.intermediate + 4 * shape.kv_heads * shape.head_dim) * w
-    if s.gradient_checkpointing:
-        activations = tokens * (shape.layers * shape.hidden * w + per_layer)
-    else:
-        activations = tokens * shape.layers * per_layer
+    rollout_weights, rollout_kv = _rollout(shape, s, w, p)
+    activations, logits = _activations(shape, s, w)
+    # fp32 ZeRO-0 steps torch's optimiser on the parameters' own gradients, freed by zero_grad between
+    # steps; bf16 and ZeRO-1/2/3 keep DeepSpeed's gradient buffers
+    freed = s.dtype == "fp32" and s.zero_stage == 0 and s.accum == 1
+    sketch = min(trainable, GRAD_SKETCH) * 4 if s.backend is not None and s.zero_stage == 0 else 0
     return MemoryEstimate(
         weights=p * w // shard,
         gradients=trainable * w // (s.world if s.zero_stage >= 2 else 1),
-        optimizer=trainable * ADAM[s.dtype] // (s.world if s.zero_stage >= 1 else 1),
+        optimizer=trainable * ADAM[s.dtype] // opt_shard,
         zero3_working=working,
         reference=p * w if s.reference else 0,
         rollout_weights=rollout_weights,
         rollout_kv=rollout_kv,
         activations=activations,
-        logits=tokens * shape.vocab * (w + 8),
+        logits=logits,
+        step_temp=trainable * 4 // opt_shard,
+        grad_sketch=sketch,
         cuda_context=CUDA_CONTEXT,
+        gradients_held=not freed,
     )
 
 
@@ -213,6 +269,7 @@ def setup_for_run(cfg, vocab: int, *, online: bool, pairs: bool = False, referen
         micro_seqs=micro, seq_len=cfg.data.max_len,
         gradient_checkpointing=bool(getattr(cfg.model, "gradient_checkpointing", False)),
         gen_seqs=min(per_rank, gen_prompts) * o.n, gen_len=cfg.data.max_len, gen_new=new,
+        accum=max(1, per_rank // t.batch_size) if online else t.grad_accum,
     )  # fmt: skip
 
 
@@ -305,6 +362,29 @@ def gpu_peak_gib() -> float | None:
     if not torch.cuda.is_available():
         return None
     return round(torch.cuda.max_memory_allocated() / GIB, 2)
+
+
+def cpu_peak_bytes(fn) -> tuple[object, int]:
+    """``(fn(), peak)``: the most bytes of torch tensors the CPU allocator held at once while ``fn`` ran,
+    above what it held before (the CPU's counterpart of ``torch.cuda.max_memory_allocated`` after
+    a reset, which the CPU allocator lacks).
+
+    It runs ``fn`` under ``torch.profiler`` with ``profile_memory``: every allocation and free of a tensor's
+    storage through torch's CPU allocator is an event with its size; their running sum in time order is
+    the memory held above the start, and its maximum the peak. Storage that existed before (the model's
+    weights) is not in it (its frees are not reported either): add it. Only tensor storage counts, as on
+    a GPU: not the Python heap, library workspaces (oneDNN's scratch) or the allocator's slack."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    held = peak = 0
+    for _, e in sorted(enumerate(events), key=lambda ie: (ie[1].start_ns(), ie[0])):
+        if e.device_type().name == "CPU":
+            held += e.nbytes()
+            peak = max(peak, held)
+    return out, peak
 
 
 GPU_80GB = 79 * GIB  # what an 80 GB A100/H100 offers (81,559 MiB, less the driver's)
