@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.runs import _records
+from analysis.runs import _records, read_metrics
 
 #: The rule's constants, as pre-registered in docs/collapse_rule.md.
 REWARD_FRACTION = 0.5
@@ -162,8 +162,8 @@ def label_runs(root: str | Path) -> pd.DataFrame:
     for rec in _records(root):
         if rec["status"] != "finished" or rec.get("paradigm") != "online":
             continue
-        history = _read_jsonl(rec["_dir"] / "metrics.jsonl")
-        curve = _read_jsonl(rec["_dir"] / "curve.jsonl") or None
+        history = read_metrics(rec["_dir"] / "metrics.jsonl")
+        curve = read_metrics(rec["_dir"] / "curve.jsonl") or None
         cfg, m = rec["config"], rec.get("metrics") or {}
         arm = {k: v for k, v in (rec.get("arm") or {}).items()
                if k not in ("online.staleness", "train.lr", "scale", "lora", "method")}  # fmt: skip
@@ -180,17 +180,3 @@ def label_runs(root: str | Path) -> pd.DataFrame:
                      "fingerprint_full": fingerprint(rec["_dir"], history, full=True)})  # fmt: skip
     out = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     return out.sort_values(["grid", "correction", "S", "lr", "seed"], ignore_index=True)
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{i}: malformed row ({exc.msg})") from None
-    return out

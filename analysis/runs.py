@@ -32,6 +32,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from oxbench.grid.record import STATUSES, RunRecord, arm_label
+from oxbench.utils import JSONL_LIMIT, UnsafeFile, read_bytes_checked, read_json_checked, read_jsonl_checked
 
 FAMILY = {
     "sft": "sft",
@@ -161,7 +162,7 @@ def _records(root: str | Path, strict: bool = False) -> list[dict]:
     by_id: dict[str, dict] = {}
     for path in sorted(root.rglob("run.json")):
         try:
-            record = _read_record(path)
+            record = _read_record(path, root)
             other = by_id.get(record["run_id"])
             if other is not None:
                 record = _newer(other, record, strict)
@@ -180,8 +181,8 @@ def duplicate_run_ids(root: str | Path) -> list[str]:
     paths: dict[str, list[Path]] = {}
     for path in sorted(Path(root).rglob("run.json")):
         try:
-            paths.setdefault(json.loads(path.read_text())["run_id"], []).append(path)
-        except (OSError, ValueError, KeyError, TypeError):
+            paths.setdefault(read_json_checked(path, root=Path(root))["run_id"], []).append(path)
+        except (ValueError, KeyError, TypeError):
             continue
     lines = []
     for run_id, ps in paths.items():
@@ -205,11 +206,13 @@ def _newer(a: dict, b: dict, strict: bool) -> dict:
     return kept
 
 
-def _read_record(path: Path) -> dict:
+def _read_record(path: Path, root: Path | None = None) -> dict:
+    """A validated record: the file read safely (:func:`oxbench.utils.read_json_checked`: a regular
+    file under ``root``, bounded in size and nesting), then checked; ValueError naming the file."""
     try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: malformed run.json ({_one_line(err)})") from None
+        record = read_json_checked(path, root=root)
+    except UnsafeFile as err:
+        raise ValueError(f"{path}: malformed run.json ({_one_line_text(err.reason)})") from None
     if not isinstance(record, dict):
         raise ValueError(f"{path}: malformed run.json (top level is {type(record).__name__}, not an object)")
     _check_record(record, path)
@@ -251,6 +254,10 @@ def _check_metrics(metrics: object, status: str, path: Path) -> dict:
         return {}
     if not isinstance(metrics, dict):
         raise ValueError(f"{path}: malformed run.json ('metrics' must be an object, got {metrics!r})")
+    if status == "finished" and not _is(metrics.get("accuracy"), float):  # what every board ranks
+        raise ValueError(
+            f"{path}: malformed run.json (finished, but metrics.accuracy is {metrics.get('accuracy')!r})"
+        )
     clash = set(metrics) & set(RUN_COLUMNS)
     if clash:
         raise ValueError(
@@ -325,9 +332,29 @@ def _statuses(status: str | Iterable[str] | None) -> set[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _text_checked(path: Path) -> str:
+    """A jsonl file's text, read safely (a regular file, bounded); ValueError naming it otherwise."""
+    try:
+        return read_bytes_checked(path, JSONL_LIMIT, root=path.parent.parent.parent).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8") from None
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of a run's ``metrics.jsonl`` (none when it is missing); lines that cannot be read (cut off
+    mid-write, NUL bytes, not UTF-8) are skipped, with one :class:`BadRecordWarning` naming the file and
+    the count."""
+    if not path.is_file():
+        return []
+    rows, bad = read_jsonl_checked(path, root=path.parent.parent.parent)
+    if bad:
+        warnings.warn(f"{path}: {bad} unreadable line(s) skipped", BadRecordWarning, stacklevel=2)
+    return rows
+
+
 def _read_outcomes(path: Path, run_id: str) -> pd.DataFrame:
     rows, seen = [], set()
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(_text_checked(path).splitlines(), start=1):
         if not line.strip():
             continue
         row = _outcome_row(line, f"{path}:{lineno}")

@@ -16,14 +16,13 @@ correction.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.runs import _records
+from analysis.runs import _records, read_metrics
 
 STABILITY_COLUMNS = [
     "run_id",
@@ -55,7 +54,7 @@ def load_stability(root: str | Path, *, reward: str = "reward_mean") -> pd.DataF
             for k, v in (rec.get("arm") or {}).items()
             if k not in ("online.staleness", "train.lr", "scale", "lora")
         }
-        history = _read_jsonl(rec["_dir"] / "metrics.jsonl")
+        history = read_metrics(rec["_dir"] / "metrics.jsonl")
         rows.append({"run_id": rec["run_id"], "S": cfg["online"].get("staleness", 0), "lr": cfg["train"]["lr"],
                      "correction": " ".join(f"{k}={v}" for k, v in sorted(arm.items())) or rec["method"],
                      "source": cfg["online"].get("source", "sync"), "seed": rec["seed"], "collapsed": collapse is not None,
@@ -68,21 +67,9 @@ def load_stability(root: str | Path, *, reward: str = "reward_mean") -> pd.DataF
 
 def load_histories(root: str | Path) -> pd.DataFrame:
     """Every logged step of every finished online run: ``run_id`` plus the metrics row."""
-    frames = [pd.DataFrame(_read_jsonl(rec["_dir"] / "metrics.jsonl")).assign(run_id=rec["run_id"])
+    frames = [pd.DataFrame(read_metrics(rec["_dir"] / "metrics.jsonl")).assign(run_id=rec["run_id"])
               for rec in _records(root) if rec["status"] == "finished" and rec.get("paradigm") == "online"]  # fmt: skip
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "step"])
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{i}: malformed metrics row ({exc.msg})") from None
-    return out
 
 
 # ------------------------------------------------------------------------------------ η_max(S)

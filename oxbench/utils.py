@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -137,3 +138,103 @@ def progress_status(done: int, total: int | None, elapsed: float) -> str:
         return f"{done} done, {elapsed:.0f} s elapsed"
     eta = elapsed / max(1, done) * (total - done)
     return f"{done}/{total} ({100 * done / total:.0f}%), {elapsed:.0f} s elapsed, ETA {eta:.0f} s"
+
+
+# ------------------------------------------------------------------ reading what others wrote
+RECORD_LIMIT = 16 * 2**20  # a run.json (the committed ones are under 100 KiB)
+JSONL_LIMIT = 512 * 2**20  # a metrics.jsonl or eval.jsonl (the committed ones are under 3 MiB)
+MAX_DEPTH = 64  # nesting of one JSON value (a record is about 5 deep)
+
+
+class UnsafeFile(ValueError):
+    """A file that cannot be read as a record: its one-line message names it (``path``) and says why
+    (``reason``)."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def read_bytes_checked(path: Path, limit: int, root: Path | None = None) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them. A pipe, device, socket or
+    directory, a link that leads out of ``root`` (or any link when ``root`` is None), or a file over
+    ``limit`` raises :class:`UnsafeFile`: a FIFO never hangs the reader, ``/dev/zero`` is never read."""
+    path = Path(path)
+    if path.is_symlink():
+        target = path.resolve()
+        if root is None or not target.is_relative_to(Path(root).resolve()):
+            raise UnsafeFile(path, f"a link out of the tree (to {target})")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is refused below
+    except OSError as exc:
+        raise UnsafeFile(path, exc.strerror or str(exc)) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(path, f"not a regular file ({_kind(st.st_mode)})")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFile(path, f"over {limit // 2**20} MiB, the limit for this file")
+    return data
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def _too_deep(obj, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``obj`` nests deeper than ``limit`` (walked without recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        x, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(x, dict | list):
+            stack += [(v, depth + 1) for v in (x.values() if isinstance(x, dict) else x)]
+    return False
+
+
+def _parse(text: bytes):
+    """One JSON value from ``text``, or ValueError (not UTF-8, not JSON, nested too deep)."""
+    try:
+        obj = json.loads(text.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(str(exc).splitlines()[0]) from None
+    if _too_deep(obj):
+        raise ValueError(f"nested deeper than {MAX_DEPTH}")
+    return obj
+
+
+def read_json_checked(path: Path, limit: int = RECORD_LIMIT, root: Path | None = None):
+    """The JSON value in ``path`` (:func:`read_bytes_checked`), or :class:`UnsafeFile` naming it."""
+    data = read_bytes_checked(path, limit, root)
+    try:
+        return _parse(data)
+    except ValueError as exc:
+        raise UnsafeFile(path, f"not JSON ({exc})") from None
+
+
+def read_jsonl_checked(
+    path: Path, limit: int = JSONL_LIMIT, root: Path | None = None
+) -> tuple[list[dict], int]:
+    """``(rows, bad)``: each line of ``path`` that is a JSON object, and how many lines were not (cut off
+    mid-write, NUL bytes, not UTF-8, nested too deep): those are skipped and counted, never fatal. The
+    file itself must pass :func:`read_bytes_checked`."""
+    rows, bad = [], 0
+    for line in read_bytes_checked(path, limit, root).split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            obj = _parse(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            rows.append(obj)
+        else:
+            bad += 1
+    return rows, bad

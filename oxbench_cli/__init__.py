@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from oxbench.grid.record import arm_label
-from oxbench.grid.runs import read_record, run_dir
+from oxbench.grid.runs import inspect_record, read_record, run_dir
 from oxbench.grid.spec import (
     REPORT_METRICS,
     REPORT_OPTIONS,
@@ -33,7 +33,7 @@ from oxbench.grid.spec import (
     load_report_options,
     load_run_config,
 )
-from oxbench.utils import write_json_atomic
+from oxbench.utils import UnsafeFile, read_jsonl_checked, write_json_atomic
 
 # Heavy libraries (torch, transformers, the engine) are imported only where a command trains or loads a
 # loss: --help, losses, --plan and every bad-input error read the loss registry's index
@@ -614,8 +614,8 @@ def status(
         t.add_column(col, overflow="fold")
     records, counts = [], {}
     for run_id, d in known.items():
-        rec = read_record(d) if d is not None else None
-        state, where = _cell_state(d, rec)
+        rec, problem = inspect_record(d) if d is not None else (None, None)
+        state, where = _cell_state(d, rec, problem)
         counts[state] = counts.get(state, 0) + 1
         records += [rec] if rec is not None else []
         t.add_row(run_id, state, literal(where))
@@ -659,32 +659,50 @@ def _write_report(directory: Path, baseline: str, strict: bool = False, metric: 
     return path
 
 
-def _cell_state(d: Path | None, rec: dict | None) -> tuple[str, str]:
-    """(status, where it is) of one cell: a ``running`` record whose lock nobody holds was killed."""
-    import fcntl
-
+def _cell_state(d: Path | None, rec: dict | None, problem: str | None = None) -> tuple[str, str]:
+    """(status, where it is) of one cell: a ``running`` record whose lock nobody holds was killed; a
+    record that cannot be read is ``corrupt``, with its one-line ``problem``."""
     if d is None:
         return "to run", ""
     if rec is None:
-        return ("corrupt" if (d / "run.json").exists() else "to run"), ""
-    steps = (d / "metrics.jsonl").read_text().splitlines() if (d / "metrics.jsonl").is_file() else []
-    last = json.loads(steps[-1]).get("step") if steps else 0
+        return ("corrupt", problem) if problem else ("to run", "")
+    last, bad = _last_step(d / "metrics.jsonl")
+    skipped = f"; {bad} bad line(s) of metrics.jsonl skipped" if bad else ""
     checkpoints = (
         sorted(p.name for p in (d / "checkpoints").glob("step-*")) if (d / "checkpoints").is_dir() else []
     )
     resumable = f"; resumes from {checkpoints[-1]}" if checkpoints else ""
     if rec["status"] == "running":
-        try:
-            with open(d / ".lock") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: its process is gone
-            return "killed", f"at step {last}{resumable}"
-        except BlockingIOError:
-            return "running", f"step {last}"
-        except OSError:
-            return "killed", f"at step {last}{resumable}"
+        return (
+            ("running", f"step {last}") if _locked(d) else ("killed", f"at step {last}{resumable}{skipped}")
+        )
     if rec["status"] in ("failed", "preempted"):
-        return rec["status"], f"{rec.get('error') or ''}{resumable}"
-    return rec["status"], f"accuracy {100 * (rec.get('metrics') or {}).get('accuracy', float('nan')):.1f}%"
+        return rec["status"], f"{rec.get('error') or ''}{resumable}{skipped}"
+    return rec["status"], f"accuracy {100 * rec['metrics']['accuracy']:.1f}%{skipped}"
+
+
+def _locked(d: Path) -> bool:
+    """Whether a process holds ``d``'s run lock (read-only: a results tree from elsewhere may be too)."""
+    import fcntl
+
+    try:
+        with open(d / ".lock") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: its process is gone
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _last_step(path: Path) -> tuple[int, int]:
+    """The last step ``metrics.jsonl`` logged (0: none) and how many of its lines could not be read."""
+    try:
+        rows, bad = read_jsonl_checked(path, root=path.parent.parent.parent) if path.exists() else ([], 0)
+    except UnsafeFile:
+        return 0, 1
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int) and not isinstance(r["step"], bool)]
+    return (steps[-1] if steps else 0), bad
 
 
 @app.command()

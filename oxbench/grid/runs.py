@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from oxbench.grid.record import RunRecord
-from oxbench.utils import errors_naming, write_json_atomic, write_jsonl_atomic
+from oxbench.utils import UnsafeFile, errors_naming, read_json_checked, write_json_atomic, write_jsonl_atomic
 
 PACKAGES = (
     "oxbench",
@@ -76,16 +76,30 @@ def retire_finished(d: Path) -> str:
 
 
 def read_record(path: Path) -> dict | None:
-    """The run's record, or None when there is none or it cannot be one (truncated, binary, not a JSON
-    object, a directory): a cell whose record is unreadable is not finished, and runs again."""
+    """The run's record, or None when there is none or it cannot be one (:func:`inspect_record`): a cell
+    whose record is unreadable is not finished, and runs again."""
+    return inspect_record(path)[0]
+
+
+def inspect_record(path: Path) -> tuple[dict | None, str | None]:
+    """``(record, problem)`` of the run directory ``path``: ``(None, None)`` without a ``run.json``;
+    ``(None, one line naming the file)`` for one that cannot be a record: not a regular file (a pipe, a
+    device, a link out of the results tree), over its size limit, not UTF-8 JSON, nested too deep, not an
+    object with a status, or finished without a numeric accuracy. Never hangs, never reads without
+    bound."""
     f = Path(path) / "run.json"
-    if not f.exists():
-        return None
+    if not f.exists() and not f.is_symlink():
+        return None, None
     try:
-        rec = json.loads(f.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("status"), str) else None
+        rec = read_json_checked(f, root=Path(path).parent.parent)
+    except UnsafeFile as exc:
+        return None, str(exc)
+    if not isinstance(rec, dict) or not isinstance(rec.get("status"), str):
+        return None, f"{f}: not a run record (no status)"
+    accuracy = (rec.get("metrics") or {}).get("accuracy") if isinstance(rec.get("metrics"), dict) else None
+    if rec["status"] == "finished" and (isinstance(accuracy, bool) or not isinstance(accuracy, int | float)):
+        return None, f"{f}: finished, but metrics.accuracy is {accuracy!r}, not a number"
+    return rec, None
 
 
 def write_record(path: Path, record: RunRecord | dict) -> None:
