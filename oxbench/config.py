@@ -12,7 +12,8 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from types import UnionType
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
     AliasChoices,
@@ -25,6 +26,22 @@ from pydantic import (
 )
 
 from oxbench.utils import content_hash
+
+
+def _admits_bool(annotation) -> bool:
+    """Whether a field of this type takes a boolean: ``bool``, ``Any``, a Literal of one, or a union."""
+    if annotation is bool or annotation is Any:
+        return True
+    args = get_args(annotation)
+    if get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in args)
+    return get_origin(annotation) in (Union, UnionType) and any(_admits_bool(a) for a in args)
+
+
+def _kind_of(annotation) -> str:
+    names = {int: "number", float: "number", str: "string"}
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    return names.get(args[0], "setting of that type") if len(args) == 1 else "setting of that type"
 
 
 class Strict(BaseModel):
@@ -45,6 +62,20 @@ class Strict(BaseModel):
             if low or (hi is not None and value > hi):
                 raise ValueError(f"{name} must be {_range_text(lo, hi, open_lo)}, got {value!r}")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data):
+        """YAML's ``yes``/``no``/``on``/``off``/``true``/``false`` are booleans, never numbers: without
+        this, ``train.lr: yes`` would be a learning rate of 1.0."""
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                key = next((k for k in (name, field.serialization_alias) if k and k in data), None)
+                if key is not None and isinstance(data[key], bool) and not _admits_bool(field.annotation):
+                    raise ValueError(
+                        f"{key} is a boolean ({str(data[key]).lower()}), not a {_kind_of(field.annotation)}"
+                    )
+        return data
 
     @model_validator(mode="before")
     @classmethod

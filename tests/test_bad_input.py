@@ -334,3 +334,31 @@ def test_duplicate_run_ids_are_named_and_the_newer_record_kept(tmp_path):
     assert f"{old}" in r.output and "newer and kept" in r.output, r.output
     html = (root / "report.html").read_text()
     assert f"kept the newer {copy / 'run.json'}" in html and f"passed over {old}" in html
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (
+            "name: g\nbase: {model: {name: tiny-s}}\naxes: {method: [sft], train.lr: [yes]}\n",
+            "lr is a boolean (true)",
+        ),
+        ("name: g\nbase: {train: {max_steps: on}}\naxes: {method: [sft]}\n", "max_steps is a boolean (true)"),
+        ("name: g\nbase: {eval: {n_test: no}}\naxes: {method: [sft]}\n", "n_test is a boolean (false)"),
+    ],
+)
+def test_a_yaml_boolean_is_not_a_number(tmp_path, text, needle):
+    """YAML 1.1 reads yes/no/on/off as booleans; a boolean where a number belongs is an error (it was a
+    learning rate of 1.0), while a boolean setting still takes one."""
+    one_line_error(plan(write(tmp_path, "g.yaml", text)), "g.yaml", needle, "not a number")
+    ok = write(tmp_path, "ok.yaml", "name: g\nbase: {model: {lora: {enabled: yes}}}\naxes: {method: [sft]}\n")
+    assert plan(ok).exit_code == 0
+
+
+def test_a_model_path_with_no_model_in_it(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for name in ("/etc", str(tmp_path / "empty")):
+        p = write(
+            tmp_path, "g.yaml", {"name": "g", "base": {"model": {"name": name}}, "axes": {"method": ["sft"]}}
+        )
+        one_line_error(plan(p), "g.yaml", repr(name), "no model in it (no config.json)")

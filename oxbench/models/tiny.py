@@ -38,8 +38,13 @@ def in_hub_cache(name: str) -> bool:
 
 
 def check_model_name(name: str) -> None:
-    """A tiny rung, an existing local directory, or something shaped like a Hub id (``org/name``)."""
-    if is_tiny(name) or Path(name).is_dir():
+    """A tiny rung, a local directory holding a model (its ``config.json``), or something shaped like a
+    Hub id (``org/name``)."""
+    if is_tiny(name):
+        return
+    if Path(name).expanduser().is_dir():
+        if not (Path(name).expanduser() / "config.json").is_file():
+            raise ModelError(f"model path {name!r} is a directory with no model in it (no config.json)")
         return
     looks_local = name.startswith((".", "/", "~"))
     if "/" in name and not looks_local and name.count("/") == 1:
