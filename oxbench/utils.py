@@ -238,3 +238,77 @@ def read_jsonl_checked(
         else:
             bad += 1
     return rows, bad
+
+
+# ------------------------------------------------------------------ cached artefacts, sealed
+def _seal_path(path: Path) -> Path:
+    """A file's seal beside it (``NAME.seal.json``); a directory's inside it."""
+    return path / ".seal.json" if path.is_dir() else path.with_name(path.name + ".seal.json")
+
+
+def _members(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name != ".seal.json")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stamp(p: Path) -> list[int]:
+    st = p.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def seal(path: Path) -> None:
+    """Record what a cached artefact (a file, or a directory of files) is: each file's SHA-256 and its
+    stamp (size, modification time), for :func:`unseal` to check on every later use."""
+    path = Path(path)
+    files = {str(p.relative_to(path) if path.is_dir() else p.name): p for p in _members(path)}
+    write_json_atomic(
+        _seal_path(path), {n: {"sha256": _sha256_file(p), "stamp": _stamp(p)} for n, p in files.items()}
+    )
+
+
+def unseal(path: Path) -> str | None:
+    """None when ``path`` is what its seal says, else one line saying why not (no seal, a file missing,
+    added or changed). Files whose stamp is unchanged are trusted; a changed stamp costs a full hash
+    (a copy or ``touch`` of the same bytes passes)."""
+    path = Path(path)
+    try:
+        sealed = read_json_checked(_seal_path(path))
+    except UnsafeFile as exc:
+        return f"{path}: not sealed ({exc.reason})"
+    if not isinstance(sealed, dict):
+        return f"{path}: its seal is not an object"
+    files = {str(p.relative_to(path) if path.is_dir() else p.name): p for p in _members(path)}
+    if sorted(files) != sorted(sealed):
+        return f"{path}: holds {sorted(files)}, sealed {sorted(sealed)}"
+    for name, p in files.items():
+        entry = sealed[name] if isinstance(sealed[name], dict) else {}
+        if entry.get("stamp") != _stamp(p) and entry.get("sha256") != _sha256_file(p):
+            return f"{path}: {name} changed since it was cached (SHA-256 differs from its seal)"
+    return None
+
+
+def cache_hit(path: Path) -> bool:
+    """Whether the cached artefact ``path`` can be used: it exists and is what its seal says
+    (:func:`unseal`). One that is not is named in one line on stderr and removed, to be built again:
+    altered weights or data never run under the key of the ones that were cached."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    problem = unseal(path)
+    if problem is None:
+        return True
+    print(f"cache (OXBENCH_CACHE): {problem}; building it again", file=sys.stderr)
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+    return False

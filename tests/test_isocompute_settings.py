@@ -268,7 +268,7 @@ def test_an_empty_subset_exits_2_and_a_training_failure_exits_1(tmp_path, monkey
     cell then fails in one line naming the key, and the command exits 2 (bad input), not 1."""
     from typer.testing import CliRunner
 
-    import oxbench.grid.runner
+    import oxbench.grid.cell
     from oxbench_cli import app
 
     cfg = tmp_path / "c.yaml"
@@ -278,9 +278,9 @@ def test_an_empty_subset_exits_2_and_a_training_failure_exits_1(tmp_path, monkey
         ("NonFiniteLoss: nan", 1),
     ):
         monkeypatch.setattr(
-            oxbench.grid.runner,
+            oxbench.grid.cell,  # what run --config calls, under the run's lock
             "run_cell",
-            lambda c, out, e=error: {"run_id": "r", "status": "failed", "error": e},
+            lambda c, out, e=error, **_: {"run_id": "r", "status": "failed", "error": e},
         )
         res = CliRunner().invoke(app, ["run", "--config", str(cfg), "--out", str(tmp_path)])
         assert res.exit_code == code, res.output

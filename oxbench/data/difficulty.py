@@ -19,7 +19,7 @@ from pathlib import Path
 from oxbench.config import SUBSETS, RunConfig
 from oxbench.tasks.grading import is_correct
 from oxbench.text.formatting import format_prompt
-from oxbench.utils import cache_root, content_hash, progress, write_json_atomic
+from oxbench.utils import cache_hit, cache_root, content_hash, progress, seal, write_json_atomic
 
 # (the decoder is imported where it samples: the grid process reads settings() and difficulty_path()
 # to know what its cells share, and imports no torch)
@@ -53,7 +53,7 @@ def measure(
 ) -> dict:
     """``{problem id: number of the k samples graded correct}`` for the base ``model``, cached."""
     path = difficulty_path(cfg, base_key)
-    if path.exists():
+    if cache_hit(path):
         return json.loads(path.read_text())["correct"]
     from oxbench.text import decode
     from oxbench.text.generation import sample
@@ -73,6 +73,7 @@ def measure(
             texts = tokenizer.batch_decode([g.completion_ids for g in group], skip_special_tokens=True)
             counts[r["id"]] = sum(is_correct(t, r["answer"], mode=s["grader"]) for t in texts)
     write_json_atomic(path, {"settings": s, "backend": backend, "correct": counts})
+    seal(path)
     return counts
 
 

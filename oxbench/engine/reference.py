@@ -19,7 +19,7 @@ import torch
 import oxbench.device as placement
 from losses.reference import mix_reference_
 from oxbench.text.batching import collate, token_logps
-from oxbench.utils import cache_root, content_hash
+from oxbench.utils import cache_hit, cache_root, content_hash, seal
 
 REF_CACHE_VERSION = 1
 
@@ -68,8 +68,8 @@ class RefCache:
             }
         )
         path = Path(cache_root()) / "ref" / f"ref-{key}.pt"
-        if path.exists():
-            return cls(torch.load(path, weights_only=True), key)  # a cache file is data, never code
+        if cache_hit(path):  # sealed when made: a cache file is checked data, never code
+            return cls(torch.load(path, weights_only=True), key)
         was_training = model.training
         model.eval()
         table: dict[str, dict[str, list[float]]] = {e["id"]: {} for e in examples}
@@ -82,6 +82,7 @@ class RefCache:
                     table[e["id"]][role] = row
         model.train(was_training)
         _save_atomic(table, path)
+        seal(path)
         return cls(table, key)
 
     def sequence_and_tokens(self, ids: list[str], role: str, mask: torch.Tensor):

@@ -36,7 +36,7 @@ from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import load_task_split
 from oxbench.tasks.grading import is_correct
 from oxbench.tracking import Tracker
-from oxbench.utils import cache_root, content_hash, write_json_atomic, write_jsonl_atomic
+from oxbench.utils import cache_hit, cache_root, content_hash, seal, write_json_atomic, write_jsonl_atomic
 
 
 def _on_main_first(fn):
@@ -67,7 +67,7 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
     base and evaluation settings): the starting point every arm of a scale shares, so each run's
     gain over it, and the headroom left (best@k above avg@k), is visible."""
     path = _base_eval_path(cfg, base_key)
-    if path.exists():
+    if cache_hit(path):
         return json.loads(path.read_text())
     model, tok = load_model(
         base_path,
@@ -88,6 +88,7 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
         if k not in skip and not (k.startswith("lmeval_") and k.endswith(("_chance", "_n")))
     }
     write_json_atomic(path, out)
+    seal(path)
     return out
 
 

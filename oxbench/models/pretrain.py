@@ -32,7 +32,16 @@ from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import collate, encode_pair, token_logps
 from oxbench.text.formatting import format_completion, format_prompt
-from oxbench.utils import cache_root, content_hash, progress, publish_dir, temp_dir_beside, write_json_atomic
+from oxbench.utils import (
+    cache_hit,
+    cache_root,
+    content_hash,
+    progress,
+    publish_dir,
+    seal,
+    temp_dir_beside,
+    write_json_atomic,
+)
 
 PRETRAIN_VERSION = 1
 
@@ -106,14 +115,17 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True, use_shipped:
     """The directory of the pre-trained model (``save_pretrained`` format): the cache's; else the
     shipped base of its key (:mod:`oxbench.models.shipped`, checked by SHA-256); else trained here."""
     out = pretrain_dir(cfg)
-    if (out / "pretrain.json").exists():
+    if cache_hit(out):  # sealed when made: weights altered in the cache are never used
         return out
     if use_shipped:
         from oxbench.models import shipped
 
         if shipped.install(cfg.key(), out):
+            seal(out)
             return out
-    return _pretrain(cfg, out, verbose)
+    _pretrain(cfg, out, verbose)
+    seal(out)
+    return out
 
 
 def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:

@@ -1,0 +1,83 @@
+"""Cached artefacts are checked on every use (issue 37): each one (a pre-trained base, a reference cache,
+self-play data, difficulty bins, base evaluations) is sealed when made with each file's SHA-256 and
+stamp; a later use trusts an unchanged stamp, hashes a changed one, and builds again whatever no longer
+matches, naming it in one line. Altered cached weights never run under the key of the cached ones."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import yaml
+from test_cli import write
+from typer.testing import CliRunner
+
+from oxbench.config import RunConfig
+from oxbench.grid.runs import run_dir
+from oxbench.models.loading import pretrain_config
+from oxbench.models.pretrain import pretrain_dir
+from oxbench.utils import cache_hit, seal, unseal
+from oxbench_cli import app
+
+
+def test_a_seal_trusts_the_stamp_and_hashes_a_changed_one(tmp_path):
+    f = tmp_path / "data.json"
+    f.write_text('{"a": 1}')
+    assert unseal(f) is not None and "not sealed" in unseal(f)
+    seal(f)
+    assert unseal(f) is None
+    os.utime(f, ns=(1, 1))  # touched: the same bytes pass by their hash
+    assert unseal(f) is None
+    f.write_text('{"a": 2}')  # the same size, other bytes
+    assert "changed since it was cached" in unseal(f)
+    d = tmp_path / "base"
+    d.mkdir()
+    (d / "w.bin").write_bytes(b"\x00" * 64)
+    seal(d)
+    assert unseal(d) is None
+    (d / "extra").write_text("x")
+    assert "sealed" in unseal(d)
+    (d / "extra").unlink()
+    assert cache_hit(d)
+    with open(d / "w.bin", "r+b") as fh:
+        fh.write(b"\x01")
+    assert not cache_hit(d) and not d.exists()  # removed, to be built again
+
+
+def test_altered_cached_weights_are_rebuilt_not_trained_on(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OXBENCH_CACHE", str(cache))
+    cell = {
+        "method": "sft",
+        "model": {
+            "name": "tiny-s",
+            "pretrain": {
+                "updates": 800,
+                "batch_size": 96,
+                "lr": 3.0e-3,
+                "n_examples": 20000,
+                "answer_styles": {"gsm8k": 0.3, "sentence": 0.7},
+            },
+        },
+        "task": {"name": "arith", "n_ops": 2, "max_operand": 40},
+        "data": {"n_train": 8, "max_new_tokens": 8},
+        "train": {"batch_size": 4, "max_steps": 1, "lr": 1e-4},
+        "eval": {"n_test": 4, "n_ood": 0, "k": 0, "max_new_tokens": 8},
+    }  # fmt: skip  (the quickstart's shipped base)
+    path = write(tmp_path, "c.yaml", cell)
+    cfg = RunConfig(**yaml.safe_load(path.read_text()))
+    args = ["run", "--config", str(path), "--out", str(tmp_path / "out")]
+    runner = CliRunner()
+    assert runner.invoke(app, args).exit_code == 0
+    d = run_dir(tmp_path / "out", cfg.grid, cfg.run_id())
+    first = json.loads((d / "run.json").read_text())
+    weights = pretrain_dir(pretrain_config(cfg)) / "model.safetensors"
+    blob = bytearray(weights.read_bytes())
+    blob[-64:] = bytes(64)  # altered in place, the same size
+    weights.write_bytes(bytes(blob))
+    again = runner.invoke(app, [*args, "--rerun"])
+    assert again.exit_code == 0, again.output
+    assert "model.safetensors changed since it was cached" in again.output and "OXBENCH_CACHE" in again.output
+    second = json.loads((d / "run.json").read_text())
+    assert second["metrics"]["final_loss"] == first["metrics"]["final_loss"]  # trained on the real base
+    assert unseal(weights.parent) is None
