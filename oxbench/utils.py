@@ -312,3 +312,14 @@ def cache_hit(path: Path) -> bool:
     else:
         path.unlink(missing_ok=True)
     return False
+
+
+_HASHED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> SHA-256, for this process
+
+
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, computed once per process for each (path, size, modification time)."""
+    key = (str(Path(path).resolve()), *_stamp(Path(path)))
+    if key not in _HASHED:
+        _HASHED[key] = _sha256_file(Path(path))
+    return _HASHED[key]

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from oxbench.grid.record import arm_label
-from oxbench.grid.runs import inspect_record, read_record, run_dir
+from oxbench.grid.runs import inspect_record, read_record, run_dir, stale_data
 from oxbench.grid.spec import (
     REPORT_METRICS,
     REPORT_OPTIONS,
@@ -85,7 +85,14 @@ def _status(cfg, out: Path) -> str:
     rec = read_record(d)
     if rec is None:  # an unreadable record (truncated, binary, not an object) runs again
         return "corrupt" if (d / "run.json").exists() else "todo"
+    if rec["status"] == "finished" and stale_data(rec):  # trained on other bytes: runs again
+        return "stale"
     return rec["status"]
+
+
+def _stale_note(counts: dict[str, int]) -> str:
+    n = counts.get("stale", 0)
+    return f"; stale, trained on data that has changed since: {n}" if n else ""
 
 
 def _estimate_seconds(cfg) -> float:
@@ -155,7 +162,7 @@ def print_plan(cells, out: Path) -> dict:
     out_console.print(table)
     out_console.print(
         f"finished {counts.get('finished', 0)}, to run {len(cells) - counts.get('finished', 0)} "
-        f"(failed before: {counts.get('failed', 0)}); estimated {total / 60:.0f} min of cell time on CPU (divide by --workers; shared pre-training "
+        f"(failed before: {counts.get('failed', 0)}{_stale_note(counts)}); estimated {total / 60:.0f} min of cell time on CPU (divide by --workers; shared pre-training "
         "not included)"
     )
     return counts
@@ -678,6 +685,8 @@ def _cell_state(d: Path | None, rec: dict | None, problem: str | None = None) ->
         )
     if rec["status"] in ("failed", "preempted"):
         return rec["status"], f"{rec.get('error') or ''}{resumable}{skipped}"
+    if rec["status"] == "finished" and (stale := stale_data(rec)):
+        return "stale", stale
     return rec["status"], f"accuracy {100 * rec['metrics']['accuracy']:.1f}%{skipped}"
 
 

@@ -10,6 +10,7 @@ import os
 
 import yaml
 from test_cli import write
+from test_gsm8k import GSM8K_DIR, needs_gsm8k
 from typer.testing import CliRunner
 
 from oxbench.config import RunConfig
@@ -81,3 +82,43 @@ def test_altered_cached_weights_are_rebuilt_not_trained_on(tmp_path, monkeypatch
     second = json.loads((d / "run.json").read_text())
     assert second["metrics"]["final_loss"] == first["metrics"]["final_loss"]  # trained on the real base
     assert unseal(weights.parent) is None
+
+
+@needs_gsm8k
+def test_a_record_trained_on_other_bytes_is_stale_and_runs_again(tmp_path, micro_model_dir):
+    """A data file edited in place: the records trained on it are marked stale by ``--plan`` and
+    ``status``, and ``run`` trains them again (they were kept as finished before)."""
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    for split, n in (("train", 8), ("test", 4)):
+        lines = (GSM8K_DIR / f"{split}.jsonl").read_text().splitlines()[:n]
+        (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    g = {
+        "name": "g",
+        "base": {
+            "model": {"name": micro_model_dir},
+            "task": {"name": "gsm8k", "path": str(data)},
+            "data": {"n_train": 8, "max_new_tokens": 8},
+            "train": {"batch_size": 4, "max_steps": 1, "lr": 1e-3},
+            "eval": {"n_test": 4, "n_ood": 0, "k": 0, "max_new_tokens": 8},
+        },
+        "axes": {"method": ["sft"]},
+    }
+    path = write(tmp_path, "g.yaml", g)
+    runner, out = CliRunner(), tmp_path / "out"
+    args = ["run", "--grid", str(path), "--out", str(out)]
+    assert runner.invoke(app, args).exit_code == 0
+    (rec_path,) = (out / "g").glob("*/run.json")
+    first = json.loads(rec_path.read_text())
+    assert set(first["data_files"]) == {"train", "test"}
+    train = (data / "train.jsonl").read_text().replace("####", "#### 1", 1)  # one answer edited in place
+    (data / "train.jsonl").write_text(train)
+    plan = runner.invoke(app, [*args, "--plan"])
+    assert "to run 1" in plan.output and "stale, trained on data that has changed since: 1" in plan.output
+    status = runner.invoke(app, ["status", str(out / "g")], env={"COLUMNS": "300"})
+    assert "stale: its train data changed since it ran" in status.output, status.output
+    assert runner.invoke(app, args).exit_code == 0
+    second = json.loads(rec_path.read_text())
+    assert second["data_files"]["train"] != first["data_files"]["train"]
+    assert second["data_files"]["test"] == first["data_files"]["test"]
+    assert "to run 0" in runner.invoke(app, [*args, "--plan"]).output

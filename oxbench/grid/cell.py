@@ -19,7 +19,7 @@ from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import signals_handled
 from oxbench.grid.runner import prepare_shared, run_cell
-from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir, run_lock
+from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir, run_lock, stale_data
 from oxbench.plugins import load_env_plugins
 
 
@@ -54,8 +54,8 @@ def run_locked(cfg: RunConfig, out: Path, *, say_failure: bool = True) -> dict |
             return None
         if D.rank_from_env() == 0:
             done = read_record(d)
-            if done is not None and done["status"] == "finished":  # another process finished it since
-                return done  # this one planned: never train a cell twice
+            if done is not None and done["status"] == "finished" and stale_data(done) is None:
+                return done  # another process finished it since this one planned: never train it twice
             (d / "train.log").open("w").close()  # this run's log starts afresh (opened for append)
         with signals_handled():  # SIGTERM, SIGUSR1, Ctrl-C: checkpoint, record "preempted", exit
             rec = run_cell(cfg, out, verbose=False)

@@ -54,6 +54,9 @@ class RunRecord(BaseModel):
     resumed_from_step: int | None = None
     #: trained again by ``--rerun`` over a finished record (kept beside it as ``run.replaced.json``)
     rerun: bool = False
+    #: the SHA-256 of each local data file the run read, by split (``train``, ``test``): a record
+    #: whose files have changed since is stale (``oxbench.grid.runs.stale_data``) and runs again
+    data_files: dict[str, str] | None = None
     #: each tracking backend and how it went: "ok", "unavailable: ...", "failed: ..."
     tracking: dict[str, str] | None = None
     # the loss (set once it is resolved)

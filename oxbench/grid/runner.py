@@ -30,7 +30,7 @@ from oxbench.engine.model import policy_weights
 from oxbench.engine.plan import RunPlan, resolve
 from oxbench.eval.evaluate import eval_backend, evaluate
 from oxbench.grid.record import RunRecord, arm_label
-from oxbench.grid.runs import REPLACED, MetricsLog, git_sha, packages, run_dir, write_record
+from oxbench.grid.runs import REPLACED, MetricsLog, data_fingerprint, git_sha, packages, run_dir, write_record
 from oxbench.grid.shared import prepared_marker
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import load_task_split
@@ -260,7 +260,8 @@ def _new_record(cfg: RunConfig) -> RunRecord:
     return RunRecord(run_id=cfg.run_id(), grid=cfg.grid, status="running", scale=cfg.model.name,
                      method=cfg.method, seed=cfg.seed, lora=cfg.model.lora.enabled, arm=cfg.arm(),
                      seeds=cfg.seeds(), config=cfg.model_dump(), config_hash=content_hash(cfg.identity()),
-                     git_sha=git_sha(), packages=packages())  # fmt: skip
+                     git_sha=git_sha(), packages=packages(),
+                     data_files=data_fingerprint(cfg.task.model_dump()) or None)  # fmt: skip
 
 
 @dataclass

@@ -18,7 +18,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from oxbench.grid.record import RunRecord
-from oxbench.utils import UnsafeFile, errors_naming, read_json_checked, write_json_atomic, write_jsonl_atomic
+from oxbench.utils import (
+    UnsafeFile,
+    errors_naming,
+    file_sha256,
+    read_json_checked,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 
 PACKAGES = (
     "oxbench",
@@ -100,6 +107,27 @@ def inspect_record(path: Path) -> tuple[dict | None, str | None]:
     if rec["status"] == "finished" and (isinstance(accuracy, bool) or not isinstance(accuracy, int | float)):
         return None, f"{f}: finished, but metrics.accuracy is {accuracy!r}, not a number"
     return rec, None
+
+
+def data_fingerprint(task: dict) -> dict[str, str]:
+    """The SHA-256 of each local data file of ``task`` (a ``TaskConfig`` dump), by split."""
+    from oxbench.tasks import data_files
+
+    return {split: file_sha256(path) for split, path in data_files(task).items()}
+
+
+def stale_data(rec: dict) -> str | None:
+    """One line when a record was trained on data files whose bytes have changed since (None: current,
+    or nothing to compare: a record from before fingerprints, generated data, files gone)."""
+    sealed, task = rec.get("data_files"), (rec.get("config") or {}).get("task")
+    if not isinstance(sealed, dict) or not sealed or not isinstance(task, dict):
+        return None
+    try:
+        now = data_fingerprint(task)
+    except (OSError, ValueError, KeyError):
+        return None
+    changed = [split for split, sha in sealed.items() if split in now and now[split] != sha]
+    return f"stale: its {' and '.join(changed)} data changed since it ran" if changed else None
 
 
 def write_record(path: Path, record: RunRecord | dict) -> None:

@@ -4,6 +4,7 @@ files, and the general-domain families of :mod:`oxbench.tasks.general`."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from oxbench.tasks import arith
 
@@ -52,6 +53,22 @@ def load_task_split(
             return []
         return load_gsm8k(source, split=split, limit=n)
     raise ValueError(f"unknown task {name!r}")
+
+
+def data_files(task: dict) -> dict[str, Path]:
+    """The local files a task's rows come from, by split (``train``, ``test``): what a record
+    fingerprints. None for generated tasks (arith) and Hub ids."""
+    from oxbench.tasks.gsm8k import split_file
+
+    if task["name"] != "gsm8k" or not task.get("path"):
+        return {}
+    out = {}
+    for split in ("train", "test"):
+        source = task.get("test_path") if split == "test" and task.get("test_path") else task["path"]
+        path = split_file(Path(source), split)
+        if path is not None:
+            out[split] = path
+    return out
 
 
 HARD_EXTRA_OPS = 2  # the harder in-domain task (the MATH analogue): this many more operations per problem

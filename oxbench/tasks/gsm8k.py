@@ -161,6 +161,23 @@ def _parquet_records(path: Path) -> list[dict]:
         return Dataset.from_parquet(str(path)).to_list()
 
 
+def split_file(source: Path, split: str) -> Path | None:
+    """The one local file :func:`load_gsm8k` reads ``split`` from (a file itself, or the file a directory
+    holds for it); None for a Hub id or sharded parquet."""
+    if source.is_file():
+        return source
+    if source.is_dir():
+        return next(
+            (
+                source / n
+                for n in (f"{split}.jsonl", f"{split}.parquet", f"{split}.json")
+                if (source / n).is_file()
+            ),
+            None,
+        )
+    return None
+
+
 def _read_dir(path: Path, split: str) -> Iterator[Located]:
     for name in (f"{split}.jsonl", f"{split}.parquet", f"{split}.json"):
         if (path / name).is_file():
