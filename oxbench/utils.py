@@ -31,10 +31,27 @@ def content_hash(obj, n: int = 12) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
 
 
+class CacheUnusable(OSError):
+    """The cache directory cannot be made or written: one line naming it and ``OXBENCH_CACHE``."""
+
+
 def cache_root() -> Path:
-    """``$OXBENCH_CACHE`` or ``~/.cache/oxbench``: pre-trained models, generated data, ref log-probs."""
-    root = Path(os.environ.get("OXBENCH_CACHE", Path.home() / ".cache" / "oxbench"))
-    root.mkdir(parents=True, exist_ok=True)
+    """``$OXBENCH_CACHE`` or ``~/.cache/oxbench``: pre-trained models, generated data, ref log-probs. One
+    that cannot be made or written (a file where the directory belongs, read-only, no usable home) is a
+    :class:`CacheUnusable` naming it."""
+    given = os.environ.get("OXBENCH_CACHE")
+    try:
+        root = Path(given) if given else Path.home() / ".cache" / "oxbench"
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".oxbench-write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: Path.home() with no usable home
+        where = f"OXBENCH_CACHE={given}" if given else "the cache ~/.cache/oxbench (OXBENCH_CACHE unset)"
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise CacheUnusable(
+            f"{where} cannot be used ({why}); set OXBENCH_CACHE to a writable directory"
+        ) from None
     return root
 
 

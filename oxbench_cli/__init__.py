@@ -33,7 +33,7 @@ from oxbench.grid.spec import (
     load_report_options,
     load_run_config,
 )
-from oxbench.utils import UnsafeFile, read_jsonl_checked, write_json_atomic
+from oxbench.utils import CacheUnusable, UnsafeFile, cache_root, read_jsonl_checked, write_json_atomic
 
 # Heavy libraries (torch, transformers, the engine) are imported only where a command trains or loads a
 # loss: --help, losses, --plan and every bad-input error read the loss registry's index
@@ -380,6 +380,10 @@ def _check_out_writable(out: Path) -> None:
         probe.unlink()
     except OSError as exc:
         fail(f"--out {out}: cannot be written ({exc.strerror or exc})")
+    try:
+        cache_root()  # the cache too, before any work: one line naming OXBENCH_CACHE, never a traceback
+    except CacheUnusable as exc:
+        fail(str(exc))
 
 
 def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):

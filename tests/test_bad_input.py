@@ -362,3 +362,14 @@ def test_a_model_path_with_no_model_in_it(tmp_path):
             tmp_path, "g.yaml", {"name": "g", "base": {"model": {"name": name}}, "axes": {"method": ["sft"]}}
         )
         one_line_error(plan(p), "g.yaml", repr(name), "no model in it (no config.json)")
+
+
+@pytest.mark.parametrize("where", ["file", "under_a_file"])
+def test_an_unusable_cache_is_one_line_naming_oxbench_cache(tmp_path, micro_model_dir, monkeypatch, where):
+    (tmp_path / "afile").write_text("")
+    cache = tmp_path / "afile" if where == "file" else tmp_path / "afile" / "cache"
+    monkeypatch.setenv("OXBENCH_CACHE", str(cache))
+    p = write(tmp_path, "c.yaml", micro_cell(micro_model_dir) | {"method": "sft"})
+    res = runner.invoke(app, ["run", "--config", str(p), "--out", str(tmp_path / "out")])
+    one_line_error(res, f"OXBENCH_CACHE={cache}", "cannot be used", "writable directory")
+    assert not list((tmp_path / "out").rglob("run.json"))  # nothing started
