@@ -188,7 +188,8 @@ def _read_yaml(path: Path, what: str):
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark else ""
-        raise GridError(f"{path}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line, whatever YAML says
+        raise GridError(f"{path}: malformed YAML{at}: {problem}") from None
 
 
 def load_report_options(directory: str | Path) -> ReportOptions | None:
@@ -215,7 +216,7 @@ def load_grid(path: str | Path) -> GridFile:
     if not isinstance(raw, dict):
         raise GridError(f"{path}: a grid must be a mapping with name/base/axes")
     try:
-        return GridFile(**raw)
+        return GridFile.model_validate(raw)
     except ValidationError as exc:
         raise GridError(format_validation_error(exc, str(path), GridFile)) from None
 
@@ -286,7 +287,7 @@ def _cell(grid: GridFile, values: dict, arm_keys: list[str], checks: list, where
     cell = f"{where} (cell {method}/{scale or 'tiny-xs'})"  # no model named: the default model
     over = _apply_budget(raw, grid.budget, cell) if grid.budget else None
     try:
-        cfg = RunConfig(**raw)
+        cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
         raise GridError(format_validation_error(exc, cell)) from None
     if not all(c.holds(cfg) for c in checks):
@@ -514,7 +515,7 @@ def load_run_config(path: str | Path) -> RunConfig:
             f"{path}: a run config must be a non-empty mapping of sections (method, model, train, ...)"
         )
     try:
-        cfg = RunConfig(**raw)
+        cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
         raise GridError(format_validation_error(exc, str(path))) from None
     validate_cell(cfg, str(path))

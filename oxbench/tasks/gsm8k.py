@@ -120,24 +120,34 @@ def _read_file(path: Path) -> Iterator[Located]:
 
 
 def _read_jsonl(path: Path) -> Iterator[Located]:
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
             try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskError(
-                    f"{path}: line {number}: invalid JSON ({e.msg} at column {e.colno})"
-                ) from None
+            except UnicodeDecodeError as e:
+                raise TaskError(f"{path}: line {number}: not UTF-8 (byte {e.object[e.start]:#04x})") from None
+            except (json.JSONDecodeError, RecursionError) as e:
+                why = (
+                    f"{e.msg} at column {e.colno}"
+                    if isinstance(e, json.JSONDecodeError)
+                    else "nested too deep"
+                )
+                raise TaskError(f"{path}: line {number}: invalid JSON ({why})") from None
             yield f"{path}: line {number}", row
 
 
 def _read_json(path: Path) -> Iterator[Located]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise TaskError(f"{path}: not UTF-8 (byte {e.object[e.start]:#04x} at offset {e.start})") from None
     except json.JSONDecodeError as e:
         raise TaskError(f"{path}: line {e.lineno}: invalid JSON ({e.msg})") from None
+    except RecursionError:
+        raise TaskError(f"{path}: invalid JSON (nested too deep)") from None
     if not isinstance(data, list):
         raise TaskError(f"{path}: expected a JSON list of problems, got {type(data).__name__}")
     for number, row in enumerate(data, start=1):
