@@ -129,3 +129,63 @@ def test_a_preempted_ray_cell_is_retried_and_resumes(tmp_path, micro_model_dir):
     assert proc.returncode == 0, err[-3000:]
     (rec,) = records(out).values()
     assert rec["status"] == "finished" and rec["resumed_from_step"] >= 2, rec
+
+
+HUNG_PLUGIN = """
+import os
+import time
+from pathlib import Path
+
+from losses import LossSpec
+from losses.sft import spec as sft
+
+_calls = 0
+
+
+def hung_sft(inputs):
+    global _calls
+    _calls += 1
+    if _calls == 3:  # the third step never returns
+        Path(os.environ["HUNG_MARK"]).write_text("hung")
+        while True:
+            time.sleep(0.05)
+    return sft.fn(inputs)
+
+
+spec = LossSpec(name="hung_sft", fn=hung_sft, paradigm="sft", data="sft", needs_reference=False,
+                paper="none", description="sft whose third step hangs (tests only)")
+"""
+
+
+def test_the_first_sigterm_stops_a_cell_whose_loss_hangs(tmp_path, micro_model_dir):
+    """A step that never reaches its boundary (a loss that never returns) is stopped by the watchdog within
+    ``OXBENCH_STOP_GRACE_S`` of the first SIGTERM: the cell is recorded pre-empted, never left running,
+    and the grid says so."""
+    (tmp_path / "hung_plugin.py").write_text(HUNG_PLUGIN)
+    g = yaml.safe_load(micro_grid(tmp_path, micro_model_dir, seeds=(0,)).read_text())
+    g["axes"]["method"] = ["hung_sft"]
+    g["base"]["train"]["max_steps"] = 6
+    g["base"]["data"]["n_train"] = 24
+    g["base"]["checkpoint"] = {"every": 1}
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump(g))
+    mark = tmp_path / "hung"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "HUNG_MARK": str(mark), "OXBENCH_STOP_GRACE_S": "3"}  # fmt: skip
+    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(tmp_path / "out")]
+    proc = subprocess.Popen([*cmd, "--plugin", "hung_plugin"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and not mark.exists():
+        time.sleep(0.1)
+    assert mark.exists(), "the loss never hung"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)  # once
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 30, err[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    (rec,) = records(tmp_path / "out").values()
+    assert rec["status"] == "preempted" and "did not reach its boundary within 3 s" in rec["error"], rec[
+        "error"
+    ]
+    assert "1 cell(s) preempted" in err

@@ -50,13 +50,30 @@ class Preempted(BaseException):  # noqa: N818  (like KeyboardInterrupt: no `exce
 
 _requested: str | None = None
 _deferred = False  # inside checkpointable(): a signal waits for the next step boundary
+# how long a deferred signal waits for that boundary: a step that hangs (a loss that never returns) is
+# stopped after it, without a new checkpoint (the latest one stands)
+STOP_GRACE_S = float(os.environ.get("OXBENCH_STOP_GRACE_S", 60))
 
 
 def _on_signal(signum, frame) -> None:
     global _requested
+    first = _requested is None
     _requested = signal.Signals(signum).name
     if not _deferred:
         raise Preempted(f"{_requested} received")
+    if first:  # the watchdog: the step must reach its boundary within the grace
+        signal.signal(signal.SIGALRM, _on_overdue)
+        signal.setitimer(signal.ITIMER_REAL, STOP_GRACE_S)
+
+
+def _on_overdue(signum, frame) -> None:
+    raise Preempted(
+        f"{_requested} received; the step did not reach its boundary within {STOP_GRACE_S:g} s (a hung step), stopped without a checkpoint"
+    )
+
+
+def _disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 @contextlib.contextmanager
@@ -68,6 +85,7 @@ def signals_handled():
     try:
         yield
     finally:
+        _disarm()
         for name, handler in before.items():
             signal.signal(getattr(signal, name), handler)
 
@@ -243,6 +261,7 @@ class Checkpointer:
         """After optimiser step ``step`` (a loop's state is whole here): save when a multiple of ``every``
         was reached since the last boundary, at the ``last`` one when checkpointing is on, or when a
         signal asked; then stop if one did."""
+        _disarm()  # the step reached its boundary: the watchdog's work is done
         signalled = requested()
         due = self.every is not None and (step // self.every > self._last // self.every or last)
         self._last = step
