@@ -172,3 +172,31 @@ def test_nan_loss_fails_its_run_and_the_grid_goes_on(tmp_path, micro_model_dir):
     # re-running skips the finished cell and retries only the failed one
     proc2 = oxbench("--plan")
     assert "finished 1, to run 1" in proc2.stdout
+
+
+WORKER_ONLY_BROKEN = """
+import sys
+
+from losses import LossSpec
+from losses.sft import spec as sft
+
+if getattr(sys.modules["__main__"].__spec__, "name", "") == "oxbench.grid.worker":
+    raise ImportError("No module named 'secret_dependency'")  # installed where the grid runs, not its workers
+
+spec = LossSpec(name="broken_sft", fn=sft.fn, paradigm="sft", data="sft", needs_reference=False,
+                paper="none", description="sft whose module fails to import in a worker (tests only)")
+"""
+
+
+def test_a_plugin_that_fails_to_import_in_the_worker_says_why(tmp_path, micro_model_dir):
+    (tmp_path / "worker_broken.py").write_text(WORKER_ONLY_BROKEN)
+    g = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["broken_sft"], "seed": [0]}))
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    argv = ["run", "--grid", str(g), "--out", str(tmp_path / "o"), "--plugin", "worker_broken"]
+    proc = subprocess.run([sys.executable, "-m", "oxbench_cli", *argv], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "o").rglob("run.json")]
+    assert rec["status"] == "failed"
+    for words in ("plugin 'worker_broken' failed to import", "secret_dependency", "in the worker"):
+        assert words in rec["error"] and words in " ".join(proc.stderr.split()), (words, rec["error"])

@@ -81,13 +81,17 @@ def main() -> int:
     from oxbench.grid.runner import run_cell  # noqa: F401  (import the engine once, before the first job)
     from oxbench.plugins import load_env_plugins
 
-    load_env_plugins()
+    try:
+        load_env_plugins()
+        broken = None
+    except Exception as exc:  # every job fails with the reason (this process's stderr is not read)
+        broken = " ".join(f"in the worker: {exc}".split())[:500]
     D.init_distributed()
     for line in sys.stdin:
         if not line.strip():
             continue
         job = json.loads(line)
-        result = _redirected(job["log"], job)
+        result = {"status": "failed", "error": broken} if broken else _redirected(job["log"], job)
         reply.write(json.dumps({**result, "rss_mb": round(_rss_mb(), 1)}) + "\n")
     D.shutdown()
     return 0
