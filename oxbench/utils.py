@@ -269,7 +269,8 @@ def _members(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file() and p.name != ".seal.json")
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """A file's SHA-256, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -288,7 +289,7 @@ def seal(path: Path) -> None:
     path = Path(path)
     files = {str(p.relative_to(path) if path.is_dir() else p.name): p for p in _members(path)}
     write_json_atomic(
-        _seal_path(path), {n: {"sha256": _sha256_file(p), "stamp": _stamp(p)} for n, p in files.items()}
+        _seal_path(path), {n: {"sha256": sha256_file(p), "stamp": _stamp(p)} for n, p in files.items()}
     )
 
 
@@ -308,7 +309,7 @@ def unseal(path: Path) -> str | None:
         return f"{path}: holds {sorted(files)}, sealed {sorted(sealed)}"
     for name, p in files.items():
         entry = sealed[name] if isinstance(sealed[name], dict) else {}
-        if entry.get("stamp") != _stamp(p) and entry.get("sha256") != _sha256_file(p):
+        if entry.get("stamp") != _stamp(p) and entry.get("sha256") != sha256_file(p):
             return f"{path}: {name} changed since it was cached (SHA-256 differs from its seal)"
     return None
 
@@ -338,5 +339,5 @@ def file_sha256(path: Path) -> str:
     """A file's SHA-256, computed once per process for each (path, size, modification time)."""
     key = (str(Path(path).resolve()), *_stamp(Path(path)))
     if key not in _HASHED:
-        _HASHED[key] = _sha256_file(Path(path))
+        _HASHED[key] = sha256_file(Path(path))
     return _HASHED[key]

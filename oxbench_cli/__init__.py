@@ -679,10 +679,7 @@ def _cell_state(d: Path | None, rec: dict | None, problem: str | None = None) ->
         return ("corrupt", problem) if problem else ("to run", "")
     last, bad = _last_step(d / "metrics.jsonl")
     skipped = f"; {bad} bad line(s) of metrics.jsonl skipped" if bad else ""
-    checkpoints = (
-        sorted(p.name for p in (d / "checkpoints").glob("step-*")) if (d / "checkpoints").is_dir() else []
-    )
-    resumable = f"; resumes from {checkpoints[-1]}" if checkpoints else ""
+    resumable = _resumable(d)
     if rec["status"] == "running":
         return (
             ("running", f"step {last}") if _locked(d) else ("killed", f"at step {last}{resumable}{skipped}")
@@ -692,6 +689,18 @@ def _cell_state(d: Path | None, rec: dict | None, problem: str | None = None) ->
     if rec["status"] == "finished" and (stale := stale_data(rec)):
         return "stale", stale
     return rec["status"], f"accuracy {100 * rec['metrics']['accuracy']:.1f}%{skipped}"
+
+
+def _resumable(d: Path) -> str:
+    """Where a rerun of the cell resumes: its newest checkpoint whose files match their SHA-256, and any
+    newer one that does not (a rerun passes it over)."""
+    from oxbench.engine.manifest import newest_usable
+
+    usable, passed = newest_usable(d / "checkpoints")
+    note = f" ({'; '.join(passed)}: passed over)" if passed else ""
+    if usable is None:
+        return f"; no usable checkpoint{note}" if passed else ""
+    return f"; resumes from {usable.name}{note}"
 
 
 def _locked(d: Path) -> bool:

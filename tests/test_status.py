@@ -23,7 +23,15 @@ def test_status_shows_each_cell_where_it_is_and_the_partial_leaderboard(tmp_path
     )
     killed = write_run(tmp_path, record("grpo", seed=1, status="running"))
     (killed / "metrics.jsonl").write_text(json.dumps({"step": 4, "loss": 1.0}) + "\n")
-    (killed / "checkpoints" / "step-00000004").mkdir(parents=True)
+    good, bad = killed / "checkpoints" / "step-00000004", killed / "checkpoints" / "step-00000006"
+    for d in (good, bad):
+        d.mkdir(parents=True)
+        (d / "rank0.json").write_text("{}")
+        sha = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"  # of "{}"
+        (d / "manifest.json").write_text(
+            json.dumps({"step": 4, "world_size": 1, "files": {"rank0.json": sha}})
+        )
+    (bad / "rank0.json").write_text("{ }")  # damaged since it was written: a rerun passes it over
     (tmp_path / "g1" / "cut").mkdir()
     (tmp_path / "g1" / "cut" / "run.json").write_text('{"run_id": "cu')
     with open(running / ".lock", "w") as lock:  # held, as by the process training the cell
@@ -33,6 +41,7 @@ def test_status_shows_each_cell_where_it_is_and_the_partial_leaderboard(tmp_path
     assert r.exit_code == 0, r.output
     assert "tiny-xs-grpo-s0 running step 3" in out
     assert "tiny-xs-grpo-s1 killed at step 4; resumes from step-00000004" in out
+    assert "(step-00000006: rank0.json does not match its checksum: passed over)" in out
     assert "tiny-xs-kto-s0 failed NonFiniteLoss: loss is nan" in out
     assert "cut corrupt" in out and "tiny-xs-dpo-s0 finished accuracy" in out
     assert "1 corrupt, 1 failed, 2 finished, 1 killed, 1 running" in out

@@ -22,7 +22,6 @@ and SIGINT (Ctrl-C) into a request. While a loop is in a phase that can checkpoi
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import random
@@ -37,8 +36,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from oxbench.engine import distributed as D
+from oxbench.engine.manifest import MANIFEST, verify
+from oxbench.utils import sha256_file
 
-MANIFEST = "manifest.json"
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
 
@@ -196,34 +196,11 @@ def load_engine_state(engine, state: dict) -> None:
 # --------------------------------------------------------------------------- files
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def verify(d: Path, world_size: int) -> str | None:
-    """Why the checkpoint directory ``d`` cannot be used (None: it is whole)."""
-    try:
-        manifest = json.loads((d / MANIFEST).read_text())
-        files = manifest["files"]
-        if manifest["world_size"] != world_size:
-            return f"written by {manifest['world_size']} ranks, this run has {world_size}"
-        for name, digest in files.items():
-            if _sha256(d / name) != digest:
-                return f"{name} does not match its checksum"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable manifest or file ({type(exc).__name__}: {exc})"
-    return None
 
 
 class CheckpointWriteError(OSError):
@@ -289,7 +266,7 @@ class Checkpointer:
         D.barrier()
         if D.is_main():
             with _writing(final, tmp):
-                files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+                files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
                 manifest = {"step": step, "world_size": D.world_size(), "files": files}
                 _write(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
                 shutil.rmtree(final, ignore_errors=True)
