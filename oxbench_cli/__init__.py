@@ -29,9 +29,11 @@ from oxbench.grid.spec import (
     GridError,
     ReportOptions,
     expand,
+    grid_size,
     load_grid,
     load_report_options,
     load_run_config,
+    representatives,
 )
 from oxbench.utils import CacheUnusable, UnsafeFile, cache_root, read_jsonl_checked, write_json_atomic
 
@@ -168,6 +170,37 @@ def print_plan(cells, out: Path) -> dict:
     return counts
 
 
+PLAN_LIST_MAX = 5_000  # a --plan lists each cell up to this many; past it, a summary in bounded memory
+
+
+def _print_large_plan(g, where: str, out: Path) -> None:
+    """``--plan`` of a grid past :data:`PLAN_LIST_MAX` cells: its size, the cells checked (every value
+    of every axis at least once, :func:`~oxbench.grid.spec.representatives`), the records already
+    under ``out`` and a cost extrapolated from the checked cells; nothing is built per cell."""
+    n, checked = grid_size(g), representatives(g, where)
+    found: dict[str, int] = {}
+    for path in (out / g.name).glob("*/run.json") if (out / g.name).is_dir() else []:
+        status = (read_record(path.parent) or {}).get("status", "corrupt")
+        found[status] = found.get(status, 0) + 1
+    mean = sum(_estimate_seconds(c) for c in checked) / len(checked)
+    axes = ", ".join(f"{name} ({len(values)})" for name, values in g.axes.items())
+    out_console.print(
+        f"plan: {n:,} cells -> {out / g.name} (a plan lists at most {PLAN_LIST_MAX:,}; this is its summary)"
+    )
+    out_console.print(f"axes: {axes}" + (f"; variants: {len(g.variants)}" if g.variants else ""))
+    out_console.print(
+        f"checked: {len(checked)} cells taking every value of every axis (each cell is checked in full before it runs)"
+    )
+    records = ", ".join(f"{k} {v:,}" for k, v in sorted(found.items())) or "none"
+    done = found.get("finished", 0)
+    out_console.print(
+        f"records under {out / g.name}: {records}; to run at least {n - done:,} (stale records not counted: list a smaller grid)"
+    )
+    out_console.print(
+        f"estimated {mean * (n - done) / 60:,.0f} min of cell time on CPU (the checked cells' mean; divide by --workers)"
+    )
+
+
 def summary_table(records: list[dict], title: str) -> Table:
     """Mean ± std over seeds per scale x arm (the method, plus the grid axes that vary: seeds of one
     arm only are pooled): chance, the base model, greedy strict accuracy and its verified (working
@@ -254,6 +287,9 @@ def run(
         return
     try:
         g = load_grid(grid)
+        if plan and grid_size(g) > PLAN_LIST_MAX:  # a summary: building each cell would take minutes
+            _print_large_plan(g, str(grid), out)
+            return
         cells = expand(g, str(grid))
     except GridError as exc:
         fail(str(exc))

@@ -36,6 +36,7 @@ import difflib
 import functools
 import itertools
 import json
+import math
 import operator
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -255,6 +256,43 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
     return cells
+
+
+def grid_size(grid: GridFile) -> int:
+    """How many cells the grid names before any budget constraint leaves some out (no cell is built)."""
+    return math.prod(len(v) for v in grid.axes.values()) * max(1, len(grid.variants))
+
+
+def representatives(grid: GridFile, where: str = "grid") -> list[RunConfig]:
+    """A few validated cells that together take every value of every axis and every variant, the other
+    axes at their first values: what ``--plan`` checks of a grid too large to build whole
+    (:func:`grid_size`). Every cell is checked in full before it runs."""
+    for name, values in grid.axes.items():
+        if not values:
+            raise GridError(f"{where}: axis {name!r} has no values")
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
+            raise GridError(f"{where}: axis {name!r} has repeated values")
+    _check_methods(grid, where)
+    paths = {name: _axis_path(name, where) for name in grid.axes}
+    checks = (
+        [Constraint(t, f"{where}: budget.constraints") for t in grid.budget.constraints]
+        if grid.budget
+        else []
+    )
+    arm_keys = [
+        paths[n]
+        for n in grid.axes
+        if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
+    ]
+    first = {paths[n]: v[0] for n, v in grid.axes.items()}
+    picks = [first] + [{**first, paths[n]: v} for n, vs in grid.axes.items() for v in vs[1:]]
+    variants = [{_axis_path(k, where): v for k, v in bundle.items()} for bundle in grid.variants] or [{}]
+    if len(variants) > 1:
+        arm_keys += sorted({k for bundle in variants for k in bundle} - set(arm_keys))
+    cells = (
+        _cell(grid, {**bundle, **values}, arm_keys, checks, where) for bundle in variants for values in picks
+    )
+    return [c for c in cells if c is not None]
 
 
 def _check_methods(grid: GridFile, where: str) -> None:
