@@ -31,8 +31,16 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from oxbench.grid.record import STATUSES, RunRecord, arm_label
-from oxbench.utils import JSONL_LIMIT, UnsafeFile, read_bytes_checked, read_json_checked, read_jsonl_checked
+from oxbench.grid.record import (
+    JSONL_LIMIT,
+    STATUSES,
+    RunRecord,
+    UnsafeFile,
+    arm_label,
+    read_bytes_checked,
+    read_json_checked,
+    read_jsonl_checked,
+)
 
 FAMILY = {
     "sft": "sft",
@@ -254,10 +262,6 @@ def _check_metrics(metrics: object, status: str, path: Path) -> dict:
         return {}
     if not isinstance(metrics, dict):
         raise ValueError(f"{path}: malformed run.json ('metrics' must be an object, got {metrics!r})")
-    if status == "finished" and not _is(metrics.get("accuracy"), float):  # what every board ranks
-        raise ValueError(
-            f"{path}: malformed run.json (finished, but metrics.accuracy is {metrics.get('accuracy')!r})"
-        )
     clash = set(metrics) & set(RUN_COLUMNS)
     if clash:
         raise ValueError(
@@ -268,6 +272,8 @@ def _check_metrics(metrics: object, status: str, path: Path) -> dict:
         if value is not None and not _is(value, float):
             raise ValueError(f"{path}: malformed run.json (metric {name!r} must be a number, got {value!r})")
         out[name] = np.nan if value is None else float(value)
+    if status == "finished" and metrics.get("accuracy") is None:  # what every leaderboard ranks
+        raise ValueError(f"{path}: malformed run.json (finished, but metrics.accuracy is None)")
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -72,11 +73,11 @@ def test_status_and_report_answer_for_a_damaged_tree(tmp_path):
     status, _ = _oxbench("status", str(g))
     out = status.stdout + status.stderr
     assert status.returncode == 0 and "Traceback" not in out, out
-    flat = " ".join(out.split())  # the table folds long cells over lines
+    flat = re.sub(r"[\s\u2500-\u257f]", "", out)  # the table may fold long cells over lines: compare unfolded
     for name, why in words.items():
-        assert f"{name}/run.json" in flat and why in flat, (name, flat)
+        assert f"{name}/run.json" in flat and why.replace(" ", "") in flat, (name, out)
     assert "1 finished" in out and "5 corrupt" in out and "3 killed" in out, out
-    assert flat.count("bad line(s) of metrics.jsonl skipped") == 3, flat
+    assert flat.count("badline(s)ofmetrics.jsonlskipped") == 3, out
     report, _ = _oxbench("report", str(g))
     out = report.stdout + report.stderr
     assert report.returncode == 0 and "Traceback" not in out, out

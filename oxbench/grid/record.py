@@ -17,6 +17,17 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+# how a record is read, for every reader (analysis/ included, which imports this module alone): defined
+# with the cache's seals in oxbench.utils, which read their own files the same way
+from oxbench.utils import (  # noqa: F401  (re-exported)
+    JSONL_LIMIT,
+    RECORD_LIMIT,
+    UnsafeFile,
+    read_bytes_checked,
+    read_json_checked,
+    read_jsonl_checked,
+)
+
 #: A run's life: ``running`` while its process lives, then ``finished`` or ``failed``;
 #: ``preempted`` for a run its scheduler stopped (re-run like ``failed``).
 STATUSES = ("finished", "failed", "running", "preempted")
