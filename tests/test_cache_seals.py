@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import yaml
 from test_cli import write
@@ -48,23 +49,17 @@ def test_a_seal_trusts_the_stamp_and_hashes_a_changed_one(tmp_path):
 def test_altered_cached_weights_are_rebuilt_not_trained_on(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("OXBENCH_CACHE", str(cache))
-    cell = {
+    quickstart = yaml.safe_load((Path(__file__).parent.parent / "recipes" / "quickstart.yaml").read_text())[
+        "base"
+    ]
+    cell = {  # the quickstart's shipped base and task
         "method": "sft",
-        "model": {
-            "name": "tiny-s",
-            "pretrain": {
-                "updates": 800,
-                "batch_size": 96,
-                "lr": 3.0e-3,
-                "n_examples": 20000,
-                "answer_styles": {"gsm8k": 0.3, "sentence": 0.7},
-            },
-        },
-        "task": {"name": "arith", "n_ops": 2, "max_operand": 40},
+        "model": quickstart["model"],
+        "task": quickstart["task"],
         "data": {"n_train": 8, "max_new_tokens": 8},
         "train": {"batch_size": 4, "max_steps": 1, "lr": 1e-4},
         "eval": {"n_test": 4, "n_ood": 0, "k": 0, "max_new_tokens": 8},
-    }  # fmt: skip  (the quickstart's shipped base)
+    }
     path = write(tmp_path, "c.yaml", cell)
     cfg = RunConfig(**yaml.safe_load(path.read_text()))
     args = ["run", "--config", str(path), "--out", str(tmp_path / "out")]
