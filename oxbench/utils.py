@@ -74,10 +74,11 @@ def errors_naming(path: Path):
         raise naming(exc, path) from exc
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, *, sealed: bool = False) -> None:
     """Write ``text`` to a temp file in the same directory, fsync, then rename it over ``path``: a
     reader sees the old file or the new one, never a part. A failed write (a full disk) leaves no temp
-    file and raises an ``OSError`` naming ``path``."""
+    file and raises an ``OSError`` naming ``path``. ``sealed``: a cached artefact, sealed
+    (:func:`seal`) before it is renamed into place, so no reader ever sees it unsealed."""
     path = Path(path)
     with errors_naming(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +88,8 @@ def write_text_atomic(path: Path, text: str) -> None:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
+            if sealed:
+                seal(Path(tmp), into=path)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -111,8 +114,8 @@ def publish_dir(tmp: Path, dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+def write_json_atomic(path: Path, obj, *, sealed: bool = False) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", sealed=sealed)
 
 
 def write_jsonl_atomic(path: Path, rows) -> None:
@@ -283,13 +286,16 @@ def _stamp(p: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns]
 
 
-def seal(path: Path) -> None:
+def seal(path: Path, into: Path | None = None) -> None:
     """Record what a cached artefact (a file, or a directory of files) is: each file's SHA-256 and its
-    stamp (size, modification time), for :func:`unseal` to check on every later use."""
+    stamp (size, modification time), for :func:`unseal` to check on every later use. Sealed where it is
+    made, before it is renamed into place (``into``: the file's final path; a directory's seal lies
+    inside it and moves with it), so a reader never meets an artefact without its seal."""
     path = Path(path)
-    files = {str(p.relative_to(path) if path.is_dir() else p.name): p for p in _members(path)}
+    final = Path(into) if into is not None else path
+    files = {str(p.relative_to(path) if path.is_dir() else final.name): p for p in _members(path)}
     write_json_atomic(
-        _seal_path(path), {n: {"sha256": sha256_file(p), "stamp": _stamp(p)} for n, p in files.items()}
+        _seal_path(final), {n: {"sha256": sha256_file(p), "stamp": _stamp(p)} for n, p in files.items()}
     )
 
 

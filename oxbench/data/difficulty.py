@@ -19,7 +19,7 @@ from pathlib import Path
 from oxbench.config import SUBSETS, RunConfig
 from oxbench.tasks.grading import is_correct
 from oxbench.text.formatting import format_prompt
-from oxbench.utils import cache_hit, cache_root, content_hash, progress, seal, write_json_atomic
+from oxbench.utils import cache_hit, cache_root, content_hash, progress, write_json_atomic
 
 # (the decoder is imported where it samples: the grid process reads settings() and difficulty_path()
 # to know what its cells share, and imports no torch)
@@ -72,8 +72,7 @@ def measure(
         for r, group in zip(chunk, groups):
             texts = tokenizer.batch_decode([g.completion_ids for g in group], skip_special_tokens=True)
             counts[r["id"]] = sum(is_correct(t, r["answer"], mode=s["grader"]) for t in texts)
-    write_json_atomic(path, {"settings": s, "backend": backend, "correct": counts})
-    seal(path)
+    write_json_atomic(path, {"settings": s, "backend": backend, "correct": counts}, sealed=True)
     return counts
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from oxbench.tasks.grading import is_correct
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import generate
-from oxbench.utils import cache_hit, cache_root, content_hash, seal, write_json_atomic
+from oxbench.utils import cache_hit, cache_root, content_hash, write_json_atomic
 
 SELF_PLAY_VERSION = 1
 
@@ -90,8 +90,7 @@ def self_play(
             }
         )
     result = {"key": key, "samples": samples}
-    write_json_atomic(path, result)
-    seal(path)
+    write_json_atomic(path, result, sealed=True)
     return result
 
 

@@ -82,7 +82,6 @@ class RefCache:
                     table[e["id"]][role] = row
         model.train(was_training)
         _save_atomic(table, path)
-        seal(path)
         return cls(table, key)
 
     def sequence_and_tokens(self, ids: list[str], role: str, mask: torch.Tensor):
@@ -94,6 +93,7 @@ def _save_atomic(obj, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.{secrets.token_hex(4)}.tmp")
     torch.save(obj, tmp)
+    seal(tmp, into=path)  # before it is in place: no reader meets it unsealed
     tmp.replace(path)
 
 

@@ -36,7 +36,7 @@ from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import load_task_split
 from oxbench.tasks.grading import is_correct
 from oxbench.tracking import Tracker
-from oxbench.utils import cache_hit, cache_root, content_hash, seal, write_json_atomic, write_jsonl_atomic
+from oxbench.utils import cache_hit, cache_root, content_hash, write_json_atomic, write_jsonl_atomic
 
 
 def _on_main_first(fn):
@@ -87,8 +87,7 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
         for k, v in metrics.items()
         if k not in skip and not (k.startswith("lmeval_") and k.endswith(("_chance", "_n")))
     }
-    write_json_atomic(path, out)
-    seal(path)
+    write_json_atomic(path, out, sealed=True)
     return out
 
 

@@ -121,11 +121,8 @@ def ensure_pretrained(cfg: PretrainConfig, *, verbose: bool = True, use_shipped:
         from oxbench.models import shipped
 
         if shipped.install(cfg.key(), out):
-            seal(out)
             return out
-    _pretrain(cfg, out, verbose)
-    seal(out)
-    return out
+    return _pretrain(cfg, out, verbose)
 
 
 def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
@@ -168,6 +165,7 @@ def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     write_json_atomic(tmp / "pretrain.json", info)
+    seal(tmp)  # before it is in place: no reader meets it unsealed
     publish_dir(tmp, out)  # another process finished first: keep theirs
     return out
 

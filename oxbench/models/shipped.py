@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from oxbench.models.tiny import ModelError
-from oxbench.utils import publish_dir, temp_dir_beside
+from oxbench.utils import publish_dir, seal, temp_dir_beside
 
 BASES = Path(__file__).resolve().parent / "bases"
 MANIFEST = "SHA256SUMS"
@@ -56,6 +56,7 @@ def install(key: str, dest: Path) -> bool:
     verify(src)
     tmp = temp_dir_beside(dest)  # its own: another process may install the same base at once
     shutil.copytree(src, tmp, dirs_exist_ok=True)
+    seal(tmp)  # the cache's own check on every use (oxbench.utils.cache_hit), before it is in place
     publish_dir(tmp, dest)  # another process installed it first: keep theirs
     return True
 
