@@ -355,6 +355,8 @@ def _stoppable():
     stop: dict = {}
 
     def handler(signum, frame):
+        if "signal" in stop:  # a second signal while the cells stop: let them finish recording it
+            return
         stop["signal"] = signal.Signals(signum).name
         raise KeyboardInterrupt(stop["signal"])
 
@@ -369,10 +371,10 @@ def _stoppable():
 def _report_stopped(todo, out: Path, name: str) -> None:
     """One line on how the grid was left, then exit 128 + the signal's number."""
     status = [(read_record(run_dir(out, c.grid, c.run_id())) or {}).get("status") for c in todo]
-    pre = status.count("preempted")
+    other = [f"{status.count(s)} {s}" for s in ("finished", "failed", "running") if status.count(s)]
     err_console.print(
-        f"stopped by {name}: {pre} cell(s) preempted (resumed from their latest checkpoint), "
-        f"{status.count('finished')} finished, {len(todo) - pre - status.count('finished')} not run; "
+        f"stopped by {name}: {status.count('preempted')} cell(s) preempted (resumed from their latest "
+        f"checkpoint), {''.join(o + ', ' for o in other)}{status.count(None)} not run; "
         "run the same command again to go on",
         highlight=False,
     )
