@@ -102,6 +102,34 @@ CASES: dict[str, tuple[list[str], dict[str, str], bool]] = {
         {},
         True,
     ),
+    # issue 37's kinds
+    "error: a YAML boolean for a number": (
+        ["run", "--grid", "{d}/g.yaml", "--plan"],
+        {"g.yaml": grid("{method: [sft], train.lr: [yes]}")},
+        True,
+    ),
+    "error: a model path with no model": (
+        ["run", "--config", "{d}/c.yaml", "--plan"],
+        {"c.yaml": "method: sft\nmodel: {name: /etc}\n"},
+        True,
+    ),
+    "error: a YAML key that is not a name": (
+        ["run", "--grid", "{d}/g.yaml", "--plan"],
+        {"g.yaml": "1: g\nname: g\n"},
+        True,
+    ),
+    "plan of 10^6 cells (a summary)": (
+        ["run", "--grid", "{d}/g.yaml", "--plan"],
+        {
+            "g.yaml": grid(
+                "{method: [sft, dpo, sgrpo, grpo, kto, ipo, simpo, orpo, cpo, rloo], seed: [0,1,2,3,4,5,6,7,8,9], "
+                "train.lr: [1.0e-4, 2.0e-4, 3.0e-4, 4.0e-4, 5.0e-4, 6.0e-4, 7.0e-4, 8.0e-4, 9.0e-4, 1.0e-3], "
+                "train.max_steps: [1,2,3,4,5,6,7,8,9,10], train.warmup_ratio: [0.0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9], "
+                "data.n_train: [8,16,24,32,40,48,56,64,72,80]}"
+            )
+        },
+        False,
+    ),
 }
 
 
