@@ -95,13 +95,16 @@ def test_a_worker_is_retired_after_its_cell_quota_and_when_its_memory_grows(micr
 
 
 def _files(root: Path) -> dict[str, str]:
+    """Each cached artefact's digest; its seal (``*.seal.json``) is checked to be there, not compared: it
+    holds the file's modification time."""
     import hashlib
 
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in root.rglob("*")
-        if p.is_file() and p.parent.name != "prepared"
-    }  # fmt: skip  (the marker lists absolute paths)
+    files = [
+        p for p in root.rglob("*") if p.is_file() and p.parent.name != "prepared"
+    ]  # the marker: absolute paths
+    artefacts = [p for p in files if not p.name.endswith(".seal.json")]
+    assert all(p.with_name(p.name + ".seal.json") in files for p in artefacts)
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in artefacts}
 
 
 def test_a_preparation_in_a_warm_worker_makes_what_its_own_process_makes(
