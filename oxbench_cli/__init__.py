@@ -276,9 +276,22 @@ def run(
     rerun: bool = typer.Option(
         False, "--rerun", help="Train finished cells again (each old record kept as run.replaced.json)."
     ),
+    gpus_per_rank: int = typer.Option(0, "--gpus-per-rank", help="ray, slurm: GPUs each rank asks for."),
+    cpus_per_rank: int = typer.Option(1, "--cpus-per-rank", help="ray, slurm: CPUs each rank asks for."),
+    partition: str | None = typer.Option(None, "--partition", help="slurm: the partition."),
+    account: str | None = typer.Option(None, "--account", help="slurm: the account."),
+    qos: str | None = typer.Option(None, "--qos", help="slurm: the QOS."),
+    sbatch: list[str] = typer.Option([], "--sbatch", help="slurm: one more #SBATCH option (--key=value)."),
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
     _check_run_options(executor, workers, nproc, out)
+    if gpus_per_rank < 0 or cpus_per_rank < 1:
+        fail(
+            f"--gpus-per-rank must be >= 0 and --cpus-per-rank >= 1, got {gpus_per_rank} and {cpus_per_rank}"
+        )
+    from oxbench.grid.executors import Resources  # no torch: the executors import it where a cell runs
+
+    resources = Resources(gpus_per_rank, cpus_per_rank, partition, account, qos, tuple(sbatch))
     _load_plugins(plugin)
     if (grid is None) == (config is None):
         fail("give exactly one of --grid FILE or --config FILE")
@@ -296,6 +309,8 @@ def run(
     if not plan:
         _check_out_writable(out)
     print_plan(cells, out)
+    if executor != "local":
+        _print_requests(cells, nproc, resources, executor)
     _warn_missing_trackers(cells)
     if plan:
         return
@@ -304,7 +319,9 @@ def run(
     todo = [c for c in cells if _status(c, out) != "finished"]
     with _stoppable() as stop:
         try:
-            records = _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh)
+            records = _execute(
+                todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh, resources
+            )
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
             _report_stopped(todo, out, stop.get("signal", "SIGINT"))
     _grid_summary(g.name, cells, records, out, g.report)
@@ -424,7 +441,19 @@ def _check_out_writable(out: Path) -> None:
         fail(str(exc))
 
 
-def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True):
+def _print_requests(cells, nproc: int, resources, executor: str) -> None:
+    """What each cell will ask ``executor`` for (one line per distinct request)."""
+    from oxbench.grid.executors import cell_request, request_line
+
+    asks: dict[str, int] = {}
+    for c in cells:
+        line = request_line(cell_request(c, nproc, resources), resources)
+        asks[line] = asks.get(line, 0) + 1
+    for line, n in asks.items():
+        out_console.print(f"{executor}: {n} cell(s) each request {line}", highlight=False)
+
+
+def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True, resources=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from oxbench.grid import executors
@@ -469,10 +498,18 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
             )
         if executor == "ray":
             return executors.run_ray(
-                todo, out, workers=workers, nproc=nproc, address=ray_address, on_done=on_done
+                todo,
+                out,
+                workers=workers,
+                nproc=nproc,
+                address=ray_address,
+                resources=resources,
+                on_done=on_done,
             )
         if executor == "slurm":
-            return executors.run_slurm(todo, out, nproc=nproc, cluster=slurm_cluster, on_done=on_done)
+            return executors.run_slurm(
+                todo, out, nproc=nproc, cluster=slurm_cluster, resources=resources, on_done=on_done
+            )
 
 
 def _run_single(config: Path, out: Path, plan: bool, rerun: bool) -> None:

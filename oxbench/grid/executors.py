@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -497,6 +498,53 @@ def slurm_cell():
     return SlurmCell()
 
 
+@dataclass(frozen=True)
+class Resources:
+    """What each cell asks a cluster scheduler (Ray, Slurm) for: per rank, and the cluster's own names.
+    ``sbatch``: extra Slurm options, ``--key=value`` or ``--flag``."""
+
+    gpus_per_rank: int = 0
+    cpus_per_rank: int = 1
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    sbatch: tuple[str, ...] = ()
+
+
+def cell_request(cfg: RunConfig, nproc: int, res: Resources) -> dict[str, int]:
+    """``{"ranks", "gpus", "cpus"}`` a cell of ``nproc`` ranks uses on its node: a GPU per rank (times
+    ``gpus_per_rank``) plus, for the vLLM backend on GPUs of its own (``online.vllm_placement``
+    separate, or auto, which takes one when there is one: the asynchronous study's setting), the
+    servers' GPUs; and ``cpus_per_rank`` per rank."""
+    gpus = nproc * res.gpus_per_rank
+    o = cfg.online
+    if gpus and o.backend == "vllm" and o.vllm_placement in ("separate", "auto"):
+        gpus = max(gpus + nproc, max(o.vllm_devices) + 1 if o.vllm_devices else 0)  # one server per rank
+    return {"ranks": nproc, "gpus": gpus, "cpus": nproc * res.cpus_per_rank}
+
+
+def slurm_parameters(req: dict[str, int], res: Resources, timeout_min: int = 240) -> dict:
+    """submitit's parameters for one cell's job: one task on one node that starts the cell's ranks
+    (torchrun), holding their GPUs and CPUs, in the partition, account and QOS asked for."""
+    params: dict = {"timeout_min": timeout_min, "nodes": 1, "tasks_per_node": 1, "cpus_per_task": req["cpus"]}
+    if req["gpus"]:
+        params["gpus_per_node"] = req["gpus"]
+    names = {"slurm_partition": res.partition, "slurm_account": res.account, "slurm_qos": res.qos}
+    params |= {k: v for k, v in names.items() if v}
+    extra = dict(o.lstrip("-").split("=", 1) if "=" in o else (o.lstrip("-"), True) for o in res.sbatch)
+    return params | ({"slurm_additional_parameters": extra} if extra else {})
+
+
+def request_line(req: dict[str, int], res: Resources) -> str:
+    """What ``--plan`` prints of one cell's request."""
+    names = [
+        f"{k} {v}" for k, v in (("partition", res.partition), ("account", res.account), ("qos", res.qos)) if v
+    ]
+    return ", ".join(
+        [f"{req['ranks']} rank(s)", f"{req['gpus']} GPU(s)", f"{req['cpus']} CPU(s)", *names, *res.sbatch]
+    )
+
+
 def run_ray(
     cells: list[RunConfig],
     out: Path,
@@ -504,20 +552,25 @@ def run_ray(
     workers: int = 1,
     nproc: int = 1,
     address: str | None = None,
-    cpus_per_cell: float = 1.0,
-    gpus_per_cell: float = 0.0,
+    resources: Resources = Resources(),
     on_done: Callable[[RunConfig, dict], None] | None = None,
 ) -> list[dict]:
+    """Each cell a Ray task that asks for the GPUs and CPUs its ranks use (:func:`cell_request`): Ray
+    gives the task those GPUs (its ``CUDA_VISIBLE_DEVICES``), and the cell's ranks inherit them."""
     import ray
 
     started_here = not ray.is_initialized()
     if started_here:
-        kwargs = {"address": address} if address else {"num_cpus": max(1, workers) * cpus_per_cell}
+        per_cell = nproc * resources.cpus_per_rank
+        kwargs = {"address": address} if address else {"num_cpus": max(1, workers) * per_cell}
         ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
-    task = ray.remote(num_cpus=cpus_per_cell, num_gpus=gpus_per_cell, max_retries=RAY_RETRIES,
-                      retry_exceptions=[CellPreempted])(_remote_cell)  # fmt: skip
+    task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=[CellPreempted])(_remote_cell)
     plugins = os.environ.get("OXBENCH_PLUGINS", "")
-    refs = {task.remote(c.model_dump(), str(Path(out).resolve()), nproc, True, plugins): c for c in cells}
+    refs = {}
+    for c in cells:
+        req = cell_request(c, nproc, resources)
+        ask = task.options(num_cpus=req["cpus"], num_gpus=req["gpus"])
+        refs[ask.remote(c.model_dump(), str(Path(out).resolve()), nproc, True, plugins)] = c
     results = []
     pending = list(refs)
     while pending:
@@ -544,17 +597,23 @@ def run_slurm(
     cluster: str | None = None,
     folder: str | None = None,
     slurm_kwargs: dict | None = None,
+    resources: Resources = Resources(),
     on_done: Callable[[RunConfig, dict], None] | None = None,
 ) -> list[dict]:
+    """Each cell a submitit job asking for what its ranks use (:func:`slurm_parameters`)."""
     import submitit
 
     folder = folder or str(Path(out) / ".submitit")
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
-    ex.update_parameters(timeout_min=(slurm_kwargs or {}).pop("timeout_min", 240), **(slurm_kwargs or {}))
+    kwargs = dict(slurm_kwargs or {})
+    timeout = kwargs.pop("timeout_min", 240)
     plugins = os.environ.get("OXBENCH_PLUGINS", "")
-    jobs = [
-        (c, ex.submit(slurm_cell(), c.model_dump(), str(Path(out).resolve()), nproc, plugins)) for c in cells
-    ]
+    jobs = []
+    for c in cells:
+        ex.update_parameters(
+            **slurm_parameters(cell_request(c, nproc, resources), resources, timeout), **kwargs
+        )
+        jobs.append((c, ex.submit(slurm_cell(), c.model_dump(), str(Path(out).resolve()), nproc, plugins)))
     results = []
     for c, job in jobs:
         try:
