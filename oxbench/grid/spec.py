@@ -224,24 +224,8 @@ def load_grid(path: str | Path) -> GridFile:
 
 def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     """Every cell of the grid as a validated RunConfig (axis order = file order)."""
-    paths = {name: _axis_path(name, where) for name in grid.axes}
-    for name, values in grid.axes.items():
-        if not values:
-            raise GridError(f"{where}: axis {name!r} has no values")
-    _check_methods(grid, where)
-    checks = (
-        [Constraint(t, f"{where}: budget.constraints") for t in grid.budget.constraints]
-        if grid.budget
-        else []
-    )
+    paths, checks, arm_keys, variants = _layout(grid, where)
     names = list(grid.axes)
-    # the axes that tell one arm from another (scale, method and LoRA are always in an arm)
-    arm_keys = [
-        paths[n] for n in names if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
-    ]
-    variants = [{_axis_path(k, where): v for k, v in bundle.items()} for bundle in grid.variants] or [{}]
-    if len(variants) > 1:
-        arm_keys += sorted({k for bundle in variants for k in bundle} - set(arm_keys))
     cells = []
     for bundle, combo in itertools.product(variants, itertools.product(*(grid.axes[n] for n in names))):
         values = {**bundle, **{paths[n]: v for n, v in zip(names, combo)}}
@@ -267,13 +251,27 @@ def representatives(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     """A few validated cells that together take every value of every axis and every variant, the other
     axes at their first values: what ``--plan`` checks of a grid too large to build whole
     (:func:`grid_size`). Every cell is checked in full before it runs."""
+    paths, checks, arm_keys, variants = _layout(grid, where)
+    for name, values in grid.axes.items():
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
+            raise GridError(f"{where}: axis {name!r} has repeated values")
+    first = {paths[n]: v[0] for n, v in grid.axes.items()}
+    picks = [first] + [{**first, paths[n]: v} for n, vs in grid.axes.items() for v in vs[1:]]
+    cells = (
+        _cell(grid, {**bundle, **values}, arm_keys, checks, where) for bundle in variants for values in picks
+    )
+    return [c for c in cells if c is not None]
+
+
+def _layout(grid: GridFile, where: str) -> tuple[dict[str, str], list, list[str], list[dict]]:
+    """What every cell of the grid is built from, checked: each axis's dotted path (no axis empty, every
+    method registered), the budget's constraints, the axes that tell one arm from another (scale,
+    method and LoRA are always in an arm), and the variant bundles (``[{}]`` without any)."""
+    paths = {name: _axis_path(name, where) for name in grid.axes}
     for name, values in grid.axes.items():
         if not values:
             raise GridError(f"{where}: axis {name!r} has no values")
-        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
-            raise GridError(f"{where}: axis {name!r} has repeated values")
     _check_methods(grid, where)
-    paths = {name: _axis_path(name, where) for name in grid.axes}
     checks = (
         [Constraint(t, f"{where}: budget.constraints") for t in grid.budget.constraints]
         if grid.budget
@@ -284,15 +282,10 @@ def representatives(grid: GridFile, where: str = "grid") -> list[RunConfig]:
         for n in grid.axes
         if paths[n] not in ("seed", "method", "model.name") and len(grid.axes[n]) > 1
     ]
-    first = {paths[n]: v[0] for n, v in grid.axes.items()}
-    picks = [first] + [{**first, paths[n]: v} for n, vs in grid.axes.items() for v in vs[1:]]
     variants = [{_axis_path(k, where): v for k, v in bundle.items()} for bundle in grid.variants] or [{}]
     if len(variants) > 1:
         arm_keys += sorted({k for bundle in variants for k in bundle} - set(arm_keys))
-    cells = (
-        _cell(grid, {**bundle, **values}, arm_keys, checks, where) for bundle in variants for values in picks
-    )
-    return [c for c in cells if c is not None]
+    return paths, checks, arm_keys, variants
 
 
 def _check_methods(grid: GridFile, where: str) -> None:
