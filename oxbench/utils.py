@@ -31,6 +31,18 @@ def content_hash(obj, n: int = 12) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:n]
 
 
+def probe_writable(d: Path) -> None:
+    """Make the directory ``d`` and write a file in it once: an ``OSError`` when it cannot be (a file where
+    it belongs, read-only, a full disk), before any work depends on it."""
+    d.mkdir(parents=True, exist_ok=True)
+    probe = d / f".oxbench-write-probe-{os.getpid()}"
+    probe.write_text("")
+    probe.unlink()
+
+
+_WRITABLE: set[Path] = set()  # cache roots probed by this process
+
+
 class CacheUnusable(OSError):
     """The cache directory cannot be made or written: one line naming it and ``OXBENCH_CACHE``."""
 
@@ -43,9 +55,9 @@ def cache_root() -> Path:
     try:
         root = Path(given) if given else Path.home() / ".cache" / "oxbench"
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".oxbench-write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        if root not in _WRITABLE:  # written to once per process: every cached artefact's path asks for it
+            probe_writable(root)
+            _WRITABLE.add(root)
     except (OSError, RuntimeError) as exc:  # RuntimeError: Path.home() with no usable home
         where = f"OXBENCH_CACHE={given}" if given else "the cache ~/.cache/oxbench (OXBENCH_CACHE unset)"
         why = getattr(exc, "strerror", None) or str(exc)
@@ -341,7 +353,7 @@ def cache_hit(path: Path) -> bool:
 _HASHED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> SHA-256, for this process
 
 
-def file_sha256(path: Path) -> str:
+def sha256_cached(path: Path) -> str:
     """A file's SHA-256, computed once per process for each (path, size, modification time)."""
     key = (str(Path(path).resolve()), *_stamp(Path(path)))
     if key not in _HASHED:

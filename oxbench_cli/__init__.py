@@ -35,7 +35,14 @@ from oxbench.grid.spec import (
     load_run_config,
     representatives,
 )
-from oxbench.utils import CacheUnusable, UnsafeFile, cache_root, read_jsonl_checked, write_json_atomic
+from oxbench.utils import (
+    CacheUnusable,
+    UnsafeFile,
+    cache_root,
+    probe_writable,
+    read_jsonl_checked,
+    write_json_atomic,
+)
 
 # Heavy libraries (torch, transformers, the engine) are imported only where a command trains or loads a
 # loss: --help, losses, --plan and every bad-input error read the loss registry's index
@@ -429,10 +436,7 @@ def _check_out_writable(out: Path) -> None:
     """``--out`` made and written to once before any cell starts: a path that cannot be (a read-only
     mount, a path under /proc, a full disk) is one line naming it, exit 2, never a traceback."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".oxbench-write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        probe_writable(out)
     except OSError as exc:
         fail(f"--out {out}: cannot be written ({exc.strerror or exc})")
     try:

@@ -21,8 +21,8 @@ from oxbench.grid.record import RunRecord
 from oxbench.utils import (
     UnsafeFile,
     errors_naming,
-    file_sha256,
     read_json_checked,
+    sha256_cached,
     write_json_atomic,
     write_jsonl_atomic,
 )
@@ -113,7 +113,7 @@ def data_fingerprint(task: dict) -> dict[str, str]:
     """The SHA-256 of each local data file of ``task`` (a ``TaskConfig`` dump), by split."""
     from oxbench.tasks import data_files
 
-    return {split: file_sha256(path) for split, path in data_files(task).items()}
+    return {split: sha256_cached(path) for split, path in data_files(task).items()}
 
 
 def stale_data(rec: dict) -> str | None:

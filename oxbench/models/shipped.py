@@ -13,19 +13,14 @@ rebuilds a base and says whether it equals the shipped one bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
 from oxbench.models.tiny import ModelError
-from oxbench.utils import publish_dir, seal, temp_dir_beside
+from oxbench.utils import publish_dir, seal, sha256_file, temp_dir_beside
 
 BASES = Path(__file__).resolve().parent / "bases"
 MANIFEST = "SHA256SUMS"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def shipped(key: str) -> Path | None:
@@ -41,7 +36,7 @@ def verify(d: Path) -> None:
         path = d / name
         if not path.is_file():
             raise ModelError(f"shipped base {d.name}: {path} is missing")
-        if (got := _sha256(path)) != digest:
+        if (got := sha256_file(path)) != digest:
             raise ModelError(
                 f"shipped base {d.name}: {path} has SHA-256 {got[:16]}…, expected {digest[:16]}…"
             )
@@ -67,7 +62,7 @@ def ship(src: Path, key: str) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(src, dest)
     files = sorted(p for p in dest.iterdir() if p.is_file() and p.name != MANIFEST)
-    (dest / MANIFEST).write_text("".join(f"{_sha256(p)}  {p.name}\n" for p in files))
+    (dest / MANIFEST).write_text("".join(f"{sha256_file(p)}  {p.name}\n" for p in files))
     return dest
 
 

@@ -189,9 +189,9 @@ def split_file(source: Path, split: str) -> Path | None:
 
 
 def _read_dir(path: Path, split: str) -> Iterator[Located]:
-    for name in (f"{split}.jsonl", f"{split}.parquet", f"{split}.json"):
-        if (path / name).is_file():
-            return _read_file(path / name)
+    single = split_file(path, split)
+    if single is not None:
+        return _read_file(single)
     shards = sorted(path.rglob(f"{split}-*.parquet"))
     if shards:
         return (item for shard in shards for item in _read_parquet(shard))
