@@ -5,6 +5,7 @@ pins transformers below 5.20; docs/throughput.md, "vLLM on a CPU"); they are ski
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -17,6 +18,7 @@ from oxbench.config import RunConfig
 from oxbench.engine import build as tr
 from oxbench.engine import distributed as D
 from oxbench.engine.rollout import RolloutWorker, collate_rollouts
+from oxbench.engine.weight_stream import Route
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import token_logps
 from oxbench.text.decode import LeanDecoder
@@ -81,6 +83,41 @@ def test_vllm_rollouts_are_exact_and_follow_weight_updates():
                                             temperature=0.0, eos_id=tok.eos_token_id, generator=None)  # fmt: skip
         for r, w in zip(got, want.tolist()):
             assert r.completion_ids == w[: len(r.completion_ids)] and r.policy_version == 1
+    finally:
+        worker.close()
+
+
+@needs_vllm
+def test_vllm_weights_travel_without_a_file_and_sample_as_the_file_path(monkeypatch):
+    """Each sync streams the weights through the socket in several chunks: no ``torch.save``, no file in
+    the server's directory, its bytes and path logged; the same weights sent through the old file path
+    then sample the very same ids and log-probs."""
+    model, tok = small_model()
+    worker = RolloutWorker(model, tok, max_len=256, backend="vllm", vllm={"chunk_bytes": 64 * 1024})
+    saves, real_save = [], torch.save
+    monkeypatch.setattr(torch, "save", lambda *a, **k: saves.append(a[1]) or real_save(*a, **k))
+    draw = functools.partial(worker.rollouts, ROWS[:4], n=4, temperature=1.0, max_new_tokens=24, seed=3,
+                             reward_fn=digit_share)  # fmt: skip
+    size = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    try:
+        engine = worker.vllm
+        files = sorted(engine.dir.rglob("*"))  # the model, the socket, the log
+        for step in range(2):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
+            worker.pull(step)
+            stats = worker.take_sync_stats()
+            assert stats["vllm_sync_path"] == "socket" and stats["sync_path"] == "in-place copy"
+            assert size / 2 < stats["vllm_sync_bytes"] < size + 4096  # the tied embedding sent once
+            streamed = draw()
+        assert saves == [] and sorted(engine.dir.rglob("*")) == files
+        engine.route = Route("file", engine.route.offered)
+        worker.pull(1)
+        assert worker.take_sync_stats()["vllm_sync_path"] == "file" and len(saves) == 1
+        from_file = draw()
+        assert [r.completion_ids for r in from_file] == [r.completion_ids for r in streamed]
+        assert [r.behaviour_logps for r in from_file] == [r.behaviour_logps for r in streamed]
     finally:
         worker.close()
 
