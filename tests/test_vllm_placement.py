@@ -85,6 +85,7 @@ def test_a_run_config_places_its_server(micro_model_dir, monkeypatch):
     monkeypatch.setattr(V, "_has_gpu", lambda: True)  # (the micro model's head size has no CPU kernel)
     monkeypatch.setattr(V, "_gpu_count", lambda: 2)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("OXBENCH_VLLM_PYTHON", raising=False)  # the server in this Python
     model, tok = load_model(micro_model_dir, cfg_for(micro_model_dir, "sgrpo"), init_seed=0)
     FakeServer.launched.clear()
     with pytest.raises(V.VllmError, match="exited with code 1 before connecting"):
