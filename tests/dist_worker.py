@@ -29,6 +29,7 @@ from helpers import cfg_for, length_parity_reward, rows_for
 import losses
 from oxbench.engine import checkpoint as C
 from oxbench.engine import distributed as D
+from oxbench.engine import universal as U
 from oxbench.engine.build import train_offline, train_online
 from oxbench.engine.model import full_state_dict
 from oxbench.models.loading import load_model
@@ -66,6 +67,8 @@ def run(model_dir, method, zero, batch, accum, steps, out) -> bool:
             "online": cfg.online.model_copy(update={"rounds": int(steps), "prompts_per_batch": 4, **source})
         }
     )
+    if os.environ.get("DTYPE"):  # the model's dtype (bf16: DeepSpeed's fp32 masters beside it)
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": os.environ["DTYPE"]})})
     model, tok = load_model(model_dir, cfg, init_seed=0)
     curve = None
     if os.environ.get("CURVE_EVERY"):
@@ -95,6 +98,8 @@ def run(model_dir, method, zero, batch, accum, steps, out) -> bool:
         C._requested = None  # the next run starts unflagged
         return True
     state = full_state_dict(engine)
+    shares, adam_step = U.full_state(engine)  # the optimiser's state, by parameter (every rank's share)
+    optim = {k: v for part in D.all_gather_objects(shares) for k, v in part.items()}
     if D.is_main():
         torch.save(
             {
@@ -103,6 +108,9 @@ def run(model_dir, method, zero, batch, accum, steps, out) -> bool:
                 "world": D.world_size(),
                 "history": res.history,
                 "resumed_from": res.resumed_from,
+                "optim": optim,
+                "adam_step": adam_step,
+                "order": res.data_order_sha,
             },
             out,
         )

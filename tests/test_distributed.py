@@ -192,10 +192,35 @@ def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir):
         )
         assert stopped is None, (method, zero)  # it saved nothing: pre-empted
         assert sorted(p.name for p in (saved / "step-00000002").iterdir()) == [
-            "manifest.json", "rank0.json", "rank0.safetensors", "rank1.json", "rank1.safetensors"
+            "engine0.safetensors", "engine1.safetensors", "manifest.json",
+            "rank0.json", "rank0.safetensors", "rank1.json", "rank1.safetensors",
         ], (method, zero)  # fmt: skip
         assert again[i]["resumed_from"] == 2 and again[i]["steps"] == whole["steps"] == 4, (method, zero)
         assert_same_params(whole["params"], again[i]["params"], atol=0)
+
+
+def test_resume_across_world_sizes_and_zero_stages(tmp_path, micro_model_dir):
+    """A run written at 2 ranks under ZeRO-3, pre-empted after step 1 of 4, resumes on 1 rank without
+    ZeRO (2 micro-batches per step: the global batch kept), is pre-empted again after step 3 and ends on
+    2 ranks under ZeRO-3. Its weights, AdamW moments and step, and the examples of every step equal the
+    run that was never stopped (the reduction order changes with the ranks: float tolerance)."""
+    d = tmp_path / "moved"
+    (d / "whole").mkdir(parents=True)
+    ckpt = {"CKPT_DIR": str(d / "ckpt")}
+    whole, stopped = run_jobs(micro_model_dir, [job("dpo", 3, 2, 1, 4, where=d / "whole"),
+                                                job("dpo", 3, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "1"})],
+                              nproc=2, expect_rc=1)  # fmt: skip
+    assert stopped is None
+    (middle,) = run_jobs(micro_model_dir, [job("dpo", 0, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "3"})],
+                         expect_rc=4)  # fmt: skip
+    assert middle is None
+    (end,) = run_jobs(micro_model_dir, [job("dpo", 3, 2, 1, 4, where=d, env=ckpt)], nproc=2)
+    assert end["resumed_from"] == 3 and end["steps"] == whole["steps"] == 4
+    assert end["order"] == whole["order"]  # no example seen twice or skipped
+    assert end["adam_step"] == whole["adam_step"] == 4
+    assert_same_params(whole["params"], end["params"], atol=1e-6)
+    assert_same_params(whole["optim"], end["optim"], atol=1e-6)
+    assert [r["step"] for r in end["history"]] == [1, 2, 3, 4]
 
 
 def test_a_stale_extension_build_lock_is_an_error_naming_it(tmp_path, monkeypatch):

@@ -38,21 +38,38 @@ def train_offline(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenize
     the initial policy's log-probs, cached once. With ``ckpt`` the run resumes from its latest
     checkpoint and offers one at every step boundary (:mod:`oxbench.engine.checkpoint`)."""
     t, start = cfg.train, time.time()
+    accum = resumed_accum(ckpt, t.grad_accum, run)
     examples = encode_examples(spec.data, rows, tokenizer, cfg.data.max_len, kl_seed=cfg.seeds()["data"])
     if not examples:
         raise RuntimeError(f"run {run}: no training examples for data kind {spec.data!r}")
     source = DatasetSource(examples, spec.data, seed=cfg.seeds()["data"], batch_size=t.batch_size,
-                           grad_accum=t.grad_accum, epochs=t.epochs, max_steps=t.max_steps, run=run)  # fmt: skip
+                           grad_accum=accum, epochs=t.epochs, max_steps=t.max_steps, run=run)  # fmt: skip
     live = spec.needs_reference and (spec.updates_reference or spec.needs_full_logits)
     live_ref = LiveReference(model) if live else None
-    engine = build_engine(model, cfg, source.total_steps)
+    engine = build_engine(model, cfg, source.total_steps, grad_accum=accum)
     if spec.needs_reference and not live:
         source.cache_reference(engine.module, tokenizer.pad_token_id, ref_key or {"run": run})
     learner = Learner(spec=spec, hparams=hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
                       max_len=cfg.data.max_len, max_new_tokens=cfg.data.max_new_tokens,
-                      micro_batches=t.grad_accum, run=run, check_reference=t.check_reference)  # fmt: skip
+                      micro_batches=accum, run=run, check_reference=t.check_reference)  # fmt: skip
     loop = Loop(learner, source, run, log_every=t.log_every, logger=logger, ckpt=ckpt, start=start)
     return engine, loop.run_all()
+
+
+def resumed_accum(ckpt: C.Checkpointer | None, grad_accum: int, run: str) -> int:
+    """Micro-batches per rank and optimiser step: ``grad_accum``, or, resuming a checkpoint written at
+    another world size, as many as keep its global batch (micro-batches x ranks); a global batch the
+    ranks cannot share evenly is an error naming both layouts."""
+    layout = ckpt.layout() if ckpt is not None else None
+    if not layout or layout.get("grad_accum") is None or layout["world_size"] == D.world_size():
+        return grad_accum
+    micro = layout["grad_accum"] * layout["world_size"]
+    if micro % D.world_size():
+        raise RuntimeError(
+            f"run {run}: its checkpoint was written by {layout['world_size']} rank(s) x {layout['grad_accum']} "
+            f"micro-batch(es) per step; {micro} micro-batches cannot be shared by {D.world_size()} ranks"
+        )
+    return micro // D.world_size()
 
 
 def fast_paths(online, spec: LossSpec, lm) -> dict:

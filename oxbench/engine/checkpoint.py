@@ -2,10 +2,18 @@
 
 A checkpoint is a directory ``<run_dir>/checkpoints/step-<k>/`` holding, for each rank,
 ``rank<r>.safetensors`` (every tensor of its state) and ``rank<r>.json`` (the rest of the state, with
-references to those tensors), and ``manifest.json`` (the step, the world size and the SHA-256 of every
-file). Nothing in it is a pickle: loading one runs no code. The loop (:mod:`oxbench.engine.loop`)
-say what their state is: the engine's model, optimiser and scheduler, every RNG, the data position,
-the loss state, the online loop's rollout weights and policy versions, and the metrics so far.
+references to those tensors), ``engine<r>.safetensors`` (its share of the engine's master weights and
+AdamW moments, by parameter name and at full shape: :mod:`oxbench.engine.universal`), and
+``manifest.json`` (the step, the layout that wrote it and the SHA-256 of every file). Nothing in it is
+a pickle: loading one runs no code. The loop's components (:mod:`oxbench.engine.loop`) say what their
+state is: the engine's weights, optimiser and schedule, every RNG, the data position, the loss state,
+the online loop's rollout weights and policy versions, and the metrics so far.
+
+The engine's state is rank-free, so a checkpoint resumes at another world size or ZeRO stage (a job
+pre-empted on 2 GPUs that comes back on 1): the global batch stays the one it was written with (the
+builder reads :meth:`Checkpointer.layout` and takes more micro-batches per rank), each rank takes the
+other components' state of rank ``r % world`` (the same on every rank, but for RNG streams), and the
+data continue at the next optimiser step. On the same layout the resume is bitwise.
 
 Writing is atomic: the files go to a hidden ``.step-<k>.partial`` directory, the manifest is written
 last, and the directory is renamed into place. A reader takes the newest checkpoint whose manifest
@@ -32,11 +40,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from oxbench.engine import distributed as D
-from oxbench.engine.manifest import MANIFEST, verify
+from oxbench.engine import universal as U
+from oxbench.engine.manifest import MANIFEST, newest_usable, verify
 from oxbench.utils import sha256_file
 
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
@@ -165,32 +174,48 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
-DERIVED = ("loss_scaler", "param_slice_mappings")  # ZeRO state DeepSpeed rebuilds from its config
-
-
 def engine_state(engine) -> dict:
-    """The DeepSpeed engine's model, optimiser, scheduler and step counters. ZeRO 1-3: this rank's
-    optimiser partition with its fp32 master weights (the model is rebuilt from them), without the
-    objects DeepSpeed derives from its config (a static loss scaler, the parameter slice map)."""
-    stage = engine.zero_optimization_stage()
-    optimizer = {k: v for k, v in engine.optimizer.state_dict().items() if k not in DERIVED}
-    return {"module": engine.module.state_dict() if stage < 3 else None, "optimizer": optimizer,
-            "scheduler": engine.lr_scheduler.state_dict(), "zero_stage": stage,
-            "counters": {k: getattr(engine, k) for k in ("global_steps", "global_samples", "micro_steps")}}  # fmt: skip
+    """The DeepSpeed engine's state in the rank-free form of :mod:`oxbench.engine.universal`: this rank's
+    share of every parameter's master weight and AdamW moments (``params``, by name; written to a file
+    of its own), AdamW's step, the schedule and the step counters. Any world size and ZeRO stage resume
+    from it."""
+    share, adam_step = U.full_state(engine)
+    return {"params": share, "adam_step": adam_step, "scheduler": engine.lr_scheduler.state_dict(),
+            "zero_stage": engine.zero_optimization_stage(), "grad_accum": engine.gradient_accumulation_steps(),
+            "counters": {k: getattr(engine, k) for k in ("global_steps", "global_samples")}}  # fmt: skip
 
 
 def load_engine_state(engine, state: dict) -> None:
-    if state["module"] is not None:
-        engine.module.load_state_dict(state["module"])
-    if state["zero_stage"] == 0:
-        engine.optimizer.load_state_dict(state["optimizer"])
-    else:  # DeepSpeed takes every rank's partition in a list and reads its own
-        parts = [None] * D.world_size()
-        parts[D.rank()] = state["optimizer"] | {"loss_scaler": engine.optimizer.loss_scaler}  # the live one
-        engine.optimizer.load_state_dict(parts, load_optimizer_states=True, load_from_fp32_weights=True)
-    engine.lr_scheduler.load_state_dict(state["scheduler"])
+    """Resume ``engine`` (of any world size and ZeRO stage) from :func:`engine_state`'s, every rank's
+    share of ``params`` gathered (:class:`Shares`). The micro-step counter follows the engine's own
+    accumulation (it decides where DeepSpeed's optimiser steps fall)."""
+    U.load_full_state(engine, state["params"], state["adam_step"])
+    sched = engine.lr_scheduler
+    sched.load_state_dict(state["scheduler"])
+    for group, lr in zip(sched.optimizer.param_groups, sched.get_last_lr()):
+        group["lr"] = lr  # the schedule sets it when it steps: resumed, it has not yet
     for k, v in state["counters"].items():
         setattr(engine, k, v)
+    engine.micro_steps = engine.global_steps * engine.gradient_accumulation_steps()
+
+
+class Shares:
+    """Every rank's share of the engine's parameters (``engine<r>.safetensors`` of one checkpoint), read
+    one tensor at a time: a rank holds at most one full tensor of them at once while it loads."""
+
+    def __init__(self, d: Path):
+        self.files = sorted(d.glob("engine*.safetensors"))
+        self.where: dict[str, Path] = {}
+        for f in self.files:
+            with safe_open(str(f), framework="pt") as h:
+                self.where |= dict.fromkeys(h.keys(), f)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.where
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        with safe_open(str(self.where[key]), framework="pt") as h:
+            return h.get_tensor(key)
 
 
 # --------------------------------------------------------------------------- files
@@ -257,17 +282,22 @@ class Checkpointer:
             with _writing(final, tmp):
                 tmp.mkdir(parents=True)
         D.barrier()
+        engine = state.get("engine") or {}
+        share = engine.get("params", {})
         tensors: dict[str, torch.Tensor] = {}
-        skeleton = flatten(state, tensors)
+        skeleton = flatten({**state, "engine": {k: v for k, v in engine.items() if k != "params"}}, tensors)
         rk = D.rank()
         with _writing(final, tmp):
             save_file(tensors, str(tmp / f"rank{rk}.safetensors"))
+            save_file(share, str(tmp / f"engine{rk}.safetensors"))
             _write(tmp / f"rank{rk}.json", json.dumps(skeleton).encode())
         D.barrier()
         if D.is_main():
             with _writing(final, tmp):
                 files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-                manifest = {"step": step, "world_size": D.world_size(), "files": files}
+                layout = {"world_size": D.world_size(), "zero_stage": engine.get("zero_stage"),
+                          "grad_accum": engine.get("grad_accum")}  # fmt: skip
+                manifest = {"step": step, "world_size": D.world_size(), "layout": layout, "files": files}
                 _write(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
                 shutil.rmtree(final, ignore_errors=True)
                 os.replace(tmp, final)
@@ -287,16 +317,28 @@ class Checkpointer:
         for step in self._steps()[self.keep :]:
             shutil.rmtree(self.root / f"step-{step:08d}", ignore_errors=True)
 
+    def layout(self) -> dict | None:
+        """The layout (``world_size``, ``zero_stage``, ``grad_accum``) of the newest whole checkpoint, or
+        None: what a run resuming at another world size keeps its global batch from (every rank calls it).
+        """
+        found = None
+        if D.is_main():
+            d, _ = newest_usable(self.root)
+            found = None if d is None else json.loads((d / MANIFEST).read_text()).get("layout")
+        return D.all_gather_objects(found)[0]
+
     def latest(self) -> tuple[int, dict] | None:
         """(step, this rank's state) of the newest whole checkpoint, or None; a corrupt or partial one
-        is passed over (and said so on stderr) for the one before it."""
+        is passed over (and said so on stderr) for the one before it. Written at another world size,
+        rank ``r`` takes the state of rank ``r % world`` that wrote it, and the engine's state is read
+        from every rank's share (:class:`Shares`)."""
         choice = None
         if D.is_main():
             for partial in self.root.glob(".step-*.partial"):  # a write that died (killed, a full disk)
                 shutil.rmtree(partial, ignore_errors=True)
             self.fell_back = []
             for step in self._steps():
-                why = verify(self.root / f"step-{step:08d}", D.world_size())
+                why = verify(self.root / f"step-{step:08d}")
                 if why is None:
                     choice = step
                     break
@@ -309,11 +351,14 @@ class Checkpointer:
             return None
         self._last = choice
         d = self.root / f"step-{choice:08d}"
-        rk = D.rank()
+        rk = D.rank() % json.loads((d / MANIFEST).read_text())["world_size"]
         skeleton = json.loads((d / f"rank{rk}.json").read_text())
         # onto the host: RNG states must be CPU tensors, and load_state_dict / DeepSpeed copy the rest
         # onto the rank's device where its parameters live
-        return choice, unflatten(skeleton, load_file(str(d / f"rank{rk}.safetensors"), device="cpu"))
+        state = unflatten(skeleton, load_file(str(d / f"rank{rk}.safetensors"), device="cpu"))
+        if state.get("engine") is not None:
+            state["engine"]["params"] = Shares(d)
+        return choice, state
 
     def finish(self) -> None:
         """The cell finished: drop its checkpoints (all but the newest with ``keep_final``)."""

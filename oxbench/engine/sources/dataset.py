@@ -36,10 +36,13 @@ class DatasetSource:
             )
         self.micro = micro[: self.total_steps * grad_accum]
         self.rounds = self.total_steps
-        self._order = [examples[i]["id"] for part in D.all_gather_objects(self._ids()) for i in part]
+        steps_by_rank = D.all_gather_objects(self.step_indices())
+        self._order = [examples[i]["id"] for step in zip(*steps_by_rank) for i in sorted(sum(step, []))]
 
-    def _ids(self) -> list[int]:
-        return [i for _, m in self.micro for i in m]
+    def step_indices(self) -> list[list[int]]:
+        """The examples (indices) this rank trains on at each optimiser step."""
+        a = self.grad_accum
+        return [[i for _, m in self.micro[s * a : (s + 1) * a] for i in m] for s in range(self.total_steps)]
 
     def cache_reference(self, module, pad_id: int, key_parts: dict) -> None:
         """Cache the reference's log-probs of every example from ``module`` (the initial policy)."""
@@ -58,6 +61,8 @@ class DatasetSource:
         pass
 
     def order_sha(self) -> str:
+        """The digest of the examples of every optimiser step, in step order (each step's in index order):
+        the same for any world size and accumulation that give the same global batches."""
         return order_sha(self._order)
 
     def state_dict(self) -> dict:
