@@ -6,7 +6,7 @@ on a CPU machine it lives in a virtualenv of its own. The policy is saved once t
 directory for vLLM to load; after that only weights travel, after each learner step (the path an
 asynchronous producer uses too), and without a file (:mod:`oxbench.engine.weight_stream`): as CUDA IPC
 handles where the server shares the learner's GPU, else in memory through the local socket the two
-talk over, in ``safetensors`` chunks; a ``weights.pt`` file only where asked for (``OXBENCH_VLLM_SYNC``:
+talk over, the tensors' raw bytes in chunks; a ``weights.pt`` file only where asked for (``OXBENCH_VLLM_SYNC``:
 ``auto``, ``cuda-ipc``, ``socket``, ``file``) or where the server offers neither (said once). A server
 that dies or fails is an error naming it and its log, never a hang.
 
@@ -36,6 +36,7 @@ from oxbench.engine.weight_stream import (
     aliases,
     device_uuid,
     ipc_handles,
+    send_chunks,
     socket_chunks,
 )
 from oxbench.utils import die_with_parent
@@ -256,14 +257,12 @@ class VllmEngine:
         return sum(t.numel() * t.element_size() for (k, _, _), t in zip(tensors, refs) if k not in alias)
 
     def _sync_socket(self, state_dict: dict) -> int:
-        """The tensors as ``safetensors`` chunks through the socket, in memory; the bytes sent."""
-        alias, blobs, n = socket_chunks(state_dict, self.chunk_bytes)
+        """The tensors' bytes in chunks through the socket, in memory; the bytes sent."""
+        alias, chunks, n = socket_chunks(state_dict, self.chunk_bytes)
         self.conn.send({"op": "sync", "via": "socket", "chunks": n, "aliases": alias})
         sent = 0
         try:
-            for blob in blobs:
-                self.conn.send_bytes(blob)
-                sent += len(blob)
+            sent = send_chunks(self.conn, chunks)
         except OSError:  # the server stopped reading: its reply (an error) or its exit says why
             pass
         self._call(None)

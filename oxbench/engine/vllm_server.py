@@ -12,9 +12,10 @@ each a pickled dict:
   ``reload_weights`` (the path that works on CPU), prefix cache dropped. ``via`` (the trainer's side:
   :mod:`oxbench.engine.weight_stream`, which picks it from what ``ready`` offered):
 
-  - ``"socket"``, with ``"chunks": N`` and ``"aliases": {alias: name}``: the next N messages on the
-    connection are raw ``safetensors`` blobs (``send_bytes``), decoded one at a time as ``reload_weights``
-    iterates (no file, one chunk in memory); an alias (tied weight) is fed the tensor of its name;
+  - ``"socket"``, with ``"chunks": N`` and ``"aliases": {alias: name}``: N chunks follow, each a header
+    message ``[(name, dtype, shape)]`` and then those tensors' raw bytes on the socket underneath, read
+    one tensor at a time as ``reload_weights`` iterates (no file, no decoding copy); an alias (tied
+    weight) is fed the tensor of its name;
   - ``"cuda-ipc"``, with ``"tensors": [(name, gpu_uuid, rebuild_cuda_tensor args)]``: CUDA IPC handles
     to the trainer's tensors, opened on the local GPU of that UUID and copied from device to device. A
     handle that cannot be opened is answered ``{"unavailable": why}`` before any weight is loaded (the
@@ -24,8 +25,7 @@ each a pickled dict:
 * ``{"op": "close"}``.
 
 Once the engine is loaded it sends ``{"ready": True, "paths": [...], "gpus": [uuids]}``: the sync paths
-it takes (``cuda-ipc`` where it has a GPU, ``socket`` where ``safetensors`` imports, ``file``) and the
-UUIDs of the GPUs it sees. Every failure is sent back as ``{"error": "..."}`` before the server exits.
+it takes (``cuda-ipc`` where it has a GPU, ``socket``, ``file``) and the UUIDs of the GPUs it sees. Every failure is sent back as ``{"error": "..."}`` before the server exits.
 """
 
 from __future__ import annotations
@@ -41,32 +41,48 @@ def capabilities() -> dict:
     """The ``ready`` message: the sync paths this server takes and the UUIDs of the GPUs it sees."""
     import torch
 
-    paths, gpus = ["file"], []
-    try:
-        import safetensors.torch  # noqa: F401  (a vLLM requirement: present wherever vLLM is)
-
-        paths.insert(0, "socket")
-    except ImportError:
-        pass
+    paths, gpus = ["socket", "file"], []
     if torch.cuda.is_available():
         gpus = [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
         paths.insert(0, "cuda-ipc")
     return {"ready": True, "paths": paths, "gpus": gpus}
 
 
+def read_into(sock, tensor) -> None:
+    """Fill ``tensor`` (contiguous, on the host) with the next bytes on ``sock``."""
+    import torch
+
+    view = memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise EOFError("the trainer closed the connection in the middle of a weight chunk")
+        got += n
+
+
 def socket_weights(conn, chunks: int, aliases: dict[str, str]) -> Iterator[tuple]:
-    """``(name, tensor)`` from the next ``chunks`` ``safetensors`` blobs on ``conn``, each read and decoded
-    only when the previous one is used up; an alias follows the tensor it shares."""
-    from safetensors.torch import load
+    """``(name, tensor)`` from the next ``chunks`` chunks on ``conn``: a header message, then each tensor's
+    bytes read from the socket underneath into a tensor of its own, yielded at once (vLLM may hold on to
+    it until its layer is complete, so nothing is reused); an alias follows the tensor it shares."""
+    import socket
+
+    import torch
 
     followers: dict[str, list[str]] = {}
     for alias, name in aliases.items():
         followers.setdefault(name, []).append(alias)
-    for _ in range(chunks):
-        for name, tensor in load(conn.recv_bytes()).items():
-            yield name, tensor
-            for alias in followers.get(name, ()):
-                yield alias, tensor
+    sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)  # a dup: closing it keeps conn
+    try:
+        for _ in range(chunks):
+            for name, dtype, shape in conn.recv():
+                tensor = torch.empty(shape, dtype=getattr(torch, dtype))
+                read_into(sock, tensor)
+                yield name, tensor
+                for alias in followers.get(name, ()):
+                    yield alias, tensor
+    finally:
+        sock.close()
 
 
 def open_ipc(tensors: list[tuple]) -> list[tuple]:

@@ -12,13 +12,15 @@ Three paths, best first (:data:`PATHS`):
   side. A handle the server cannot open (or one the learner cannot make) is answered before any weight
   is loaded, and that sync and every later one go through the socket instead (said once).
 * ``socket``: everything else (a CPU server, a server on a GPU of its own). The state dict is cut into
-  chunks of at most :data:`CHUNK_BYTES` (:func:`plan_chunks`), each sent as one ``safetensors`` blob
-  (``conn.send_bytes``) and decoded by the server as it feeds ``reload_weights`` (one chunk in memory at a
-  time on each side; from a GPU each chunk is staged through pinned memory). Tensors that share storage
-  (tied embeddings) travel once, the others named as its aliases.
+  chunks of at most :data:`CHUNK_BYTES` (:func:`plan_chunks`); per chunk a header (names, dtypes,
+  shapes: plain lists, no tensor is pickled) and then the tensors' bytes as they lie in memory, written
+  straight to the socket (:func:`send_chunks`); the server reads each into a fresh tensor and hands it to
+  ``reload_weights`` at once (:func:`oxbench.engine.vllm_server.socket_weights`). No file, no encoding
+  copy; from a GPU each chunk is staged through pinned memory. Tensors that share storage (tied
+  embeddings) travel once, the others named as its aliases.
 * ``file``: the old path, a ``torch.save``d ``weights.pt`` the server loads; used only where asked for
-  (``OXBENCH_VLLM_SYNC=file``, benchmarks) or where the server offers neither of the others (a Python
-  without ``safetensors``), which is said once.
+  (``OXBENCH_VLLM_SYNC=file``, benchmarks) or where a server offers neither of the others (its ``ready``
+  names no paths), which is said once.
 
 A NCCL broadcast (TRL's ``vllm-serve``, vLLM's ``nccl`` weight-transfer backend) would serve a server on
 a GPU of its own without host bytes, but needs vLLM importable in the learner's Python, which oxbench does
@@ -27,6 +29,7 @@ not assume (on a CPU machine vLLM lives in a virtualenv of its own): such a serv
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,16 +37,16 @@ from dataclasses import dataclass, field
 import torch
 
 PATHS = ("cuda-ipc", "socket", "file")  # best first
-CHUNK_BYTES = 256 * 2**20  # at most this much tensor data per socket message (one larger tensor alone)
+CHUNK_BYTES = 256 * 2**20  # tensor bytes per socket chunk (one header; staged to the host at once from a GPU)
 
 
 def plan_chunks(sizes: Sequence[tuple[str, int]], budget: int = CHUNK_BYTES) -> list[list[str]]:
     """Consecutive names grouped so each group's bytes stay within ``budget``; a tensor larger than the
     budget is a group of its own. Every name appears once, in order."""
     chunks: list[list[str]] = []
-    used = budget + 1  # start a new chunk with the first name
+    used = 0
     for name, size in sizes:
-        if used + size > budget or not chunks:
+        if not chunks or used + size > budget:
             chunks.append([])
             used = 0
         chunks[-1].append(name)
@@ -76,26 +79,50 @@ def aliases(state: Mapping[str, torch.Tensor]) -> dict[str, str]:
     return out
 
 
-def encode_chunk(tensors: Mapping[str, torch.Tensor]) -> bytes:
-    """One chunk as ``safetensors`` bytes (host tensors; a non-contiguous one is made contiguous)."""
-    from safetensors.torch import save
+def raw(t: torch.Tensor) -> memoryview:
+    """A host tensor's bytes, as they are in memory (a non-contiguous one made contiguous first)."""
+    return memoryview(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
 
-    return save({k: v.detach().contiguous() for k, v in tensors.items()})
+
+Header = list[tuple[str, str, list[int]]]  # one chunk's (name, dtype name, shape), in the order sent
 
 
 def socket_chunks(
     state: Mapping[str, torch.Tensor], budget: int = CHUNK_BYTES
-) -> tuple[dict[str, str], Iterator[bytes], int]:
-    """``(aliases, blobs, n)``: the ``n`` chunks of ``state`` to send (aliases left out, :func:`aliases`),
-    each encoded only when the iterator reaches it, from the host (GPU tensors staged per chunk)."""
+) -> tuple[dict[str, str], Iterator[tuple[Header, list[memoryview]]], int]:
+    """``(aliases, chunks, n)``: the ``n`` chunks of ``state`` to send (aliases left out, :func:`aliases`),
+    each ``(header, the tensors' bytes)``, staged to the host only when the iterator reaches it (from a
+    GPU through pinned memory, one chunk at a time)."""
     from oxbench.engine.model import to_host
 
     alias = aliases(state)
-    plan = plan_chunks(
-        [(k, v.numel() * v.element_size()) for k, v in state.items() if k not in alias], budget
-    )
-    blobs = (encode_chunk(to_host({k: state[k] for k in names}, copy=False)) for names in plan)
-    return alias, blobs, len(plan)
+    sizes = [(k, v.numel() * v.element_size()) for k, v in state.items() if k not in alias]
+    plan = plan_chunks(sizes, budget)
+
+    def chunks():
+        for names in plan:
+            host = to_host({k: state[k] for k in names}, copy=False)
+            header = [(k, str(v.dtype).removeprefix("torch."), list(v.shape)) for k, v in host.items()]
+            yield header, [raw(v) for v in host.values()]
+
+    return alias, chunks(), len(plan)
+
+
+def send_chunks(conn, chunks: Iterator[tuple[Header, list[memoryview]]]) -> int:
+    """Each chunk on ``conn``: its header as one message, then its tensors' bytes written straight to the
+    socket underneath (no copy, no framing: the server reads each tensor's size into a tensor of its
+    own). The bytes sent; an :class:`OSError` where the server stopped reading."""
+    sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)  # a dup: closing it keeps conn
+    sent = 0
+    try:
+        for header, views in chunks:
+            conn.send(header)
+            for view in views:
+                sock.sendall(view)
+                sent += view.nbytes
+    finally:
+        sock.close()
+    return sent
 
 
 def device_uuid(state: Mapping[str, torch.Tensor]) -> str | None:
