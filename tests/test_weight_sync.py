@@ -233,7 +233,7 @@ class _Alive:
         return None
 
 
-def _engine(tmp_path, path: str, offered=("socket", "file")):
+def _engine(tmp_path, path: str, offered=("socket", "file"), gpus=()):
     """A :class:`VllmEngine` talking to the server's request loop (vllm_server.sync) in a thread, with
     :class:`_FakeLLM` in place of vLLM."""
     ours, theirs = Pipe()
@@ -246,7 +246,7 @@ def _engine(tmp_path, path: str, offered=("socket", "file")):
     threading.Thread(target=loop, daemon=True).start()
     engine = object.__new__(VllmEngine)
     engine.conn, engine.proc, engine.dir, engine.log = ours, _Alive(), tmp_path, tmp_path / "server.log"
-    engine.route, engine.chunk_bytes = W.Route(path, offered), 4096
+    engine.route, engine.chunk_bytes = W.Route(path, offered, gpus), 4096
     engine.sync_seconds, engine.sync_bytes, engine.sync_path = 0.0, 0, None
     return engine, llm
 
@@ -275,4 +275,28 @@ def test_the_socket_sync_writes_no_file_and_loads_what_the_file_sync_loads(tmp_p
     engine.sync(state)
     assert len(saves) == 1 and engine.sync_path == "file" and 0 < engine.sync_bytes
     assert _same(llm.loaded[0], state) and not (tmp_path / "weights.pt").exists()  # removed once loaded
+    engine.conn.send({"op": "close"})
+
+
+def test_a_cuda_ipc_sync_the_server_cannot_open_goes_through_the_socket_said_once(
+    tmp_path, monkeypatch, capsys
+):
+    """Where the server offers CUDA IPC for the weights' GPU but cannot open the handles (here: it sees no
+    GPU at all), it answers before loading anything; that sync and the later ones stream through the
+    socket, the fallback said once, and the server loads the same weights."""
+    import oxbench.engine.vllm_client as V
+
+    sent = []
+    monkeypatch.setattr(V, "device_uuid", lambda state: "GPU-a")  # as if the tensors were on that GPU
+    monkeypatch.setattr(
+        V, "ipc_handles", lambda state: (sent.append(1) or [(k, "GPU-a", ()) for k in state], [])
+    )
+    state = _state()
+    engine, llm = _engine(tmp_path, "auto", ("cuda-ipc", "socket", "file"), ("GPU-a",))
+    for _ in range(3):
+        engine.sync(state)
+    assert sent == [1] and engine.sync_path == "socket" and len(llm.loaded) == 3
+    assert all(_same(got, state) for got in llm.loaded)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "CUDA IPC failed (ValueError: the trainer's GPU GPU-a is not visible" in err[0]
     engine.conn.send({"op": "close"})
