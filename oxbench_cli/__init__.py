@@ -274,6 +274,9 @@ def run(
     nproc: int = typer.Option(
         1, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks."
     ),
+    nnodes: int = typer.Option(
+        1, "--nnodes", help="Nodes per cell: --nproc ranks on each, joined by torchrun's c10d rendezvous."
+    ),
     ray_address: str | None = typer.Option(None, "--ray-address", help="An existing Ray cluster."),
     slurm_cluster: str | None = typer.Option(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
     plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
@@ -291,12 +294,12 @@ def run(
     sbatch: list[str] = typer.Option([], "--sbatch", help="slurm: one more #SBATCH option (--key=value)."),
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
-    _check_run_options(executor, workers, nproc, out)
+    _check_run_options(executor, workers, nproc, out, nnodes)
     if gpus_per_rank < 0 or cpus_per_rank < 1:
         fail(
             f"--gpus-per-rank must be >= 0 and --cpus-per-rank >= 1, got {gpus_per_rank} and {cpus_per_rank}"
         )
-    from oxbench.grid.executors import Resources  # no torch: the executors import it where a cell runs
+    from oxbench.grid.clusters import Resources  # no torch: the executors import it where a cell runs
 
     resources = Resources(gpus_per_rank, cpus_per_rank, partition, account, qos, tuple(sbatch))
     _load_plugins(plugin)
@@ -317,7 +320,7 @@ def run(
         _check_out_writable(out)
     print_plan(cells, out)
     if executor != "local":
-        _print_requests(cells, nproc, resources, executor)
+        _print_requests(cells, nproc, resources, executor, nnodes)
     _warn_missing_trackers(cells)
     if plan:
         return
@@ -327,7 +330,7 @@ def run(
     with _stoppable() as stop:
         try:
             records = _execute(
-                todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh, resources
+                todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh, resources, nnodes
             )
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
             _report_stopped(todo, out, stop.get("signal", "SIGINT"))
@@ -419,10 +422,10 @@ def _check_choice(option: str, kind: str, value: str, choices: tuple[str, ...], 
         )
 
 
-def _check_run_options(executor: str, workers: int, nproc: int, out: Path) -> None:
+def _check_run_options(executor: str, workers: int, nproc: int, out: Path, nnodes: int = 1) -> None:
     """The command line's own values, before the plan prints: one line each, exit 2."""
     _check_choice("--executor", "executor", executor, EXECUTORS, "local, ray or slurm")
-    for name, value in (("--workers", workers), ("--nproc", nproc)):
+    for name, value in (("--workers", workers), ("--nproc", nproc), ("--nnodes", nnodes)):
         if value < 1:
             fail(f"{name}: must be >= 1, got {value}")
     if out.exists() and not out.is_dir():
@@ -445,22 +448,23 @@ def _check_out_writable(out: Path) -> None:
         fail(str(exc))
 
 
-def _print_requests(cells, nproc: int, resources, executor: str) -> None:
+def _print_requests(cells, nproc: int, resources, executor: str, nnodes: int = 1) -> None:
     """What each cell will ask ``executor`` for (one line per distinct request)."""
-    from oxbench.grid.executors import cell_request, request_line
+    from oxbench.grid.clusters import cell_request, request_line
 
     asks: dict[str, int] = {}
     for c in cells:
-        line = request_line(cell_request(c, nproc, resources), resources)
+        line = request_line(cell_request(c, nproc, resources, nnodes), resources)
         asks[line] = asks.get(line, 0) + 1
     for line, n in asks.items():
         out_console.print(f"{executor}: {n} cell(s) each request {line}", highlight=False)
 
 
-def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True, resources=None):
+def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True, resources=None,
+             nnodes=1):  # fmt: skip
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from oxbench.grid import executors
+    from oxbench.grid import clusters, executors
     from oxbench.utils import progress_status
 
     t0 = time.monotonic()
@@ -498,21 +502,35 @@ def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, wa
                     bar.console.print(f"prepared {shared_label(cfg)} in {seconds:.0f} s", highlight=False)
 
             return executors.run_local(
-                todo, out, workers=workers, nproc=nproc, on_done=on_done, on_prepared=on_prepared, warm=warm
-            )
-        if executor == "ray":
-            return executors.run_ray(
                 todo,
                 out,
                 workers=workers,
                 nproc=nproc,
+                on_done=on_done,
+                on_prepared=on_prepared,
+                warm=warm,
+                nnodes=nnodes,
+            )
+        if executor == "ray":
+            return clusters.run_ray(
+                todo,
+                out,
+                workers=workers,
+                nproc=nproc,
+                nnodes=nnodes,
                 address=ray_address,
                 resources=resources,
                 on_done=on_done,
             )
         if executor == "slurm":
-            return executors.run_slurm(
-                todo, out, nproc=nproc, cluster=slurm_cluster, resources=resources, on_done=on_done
+            return clusters.run_slurm(
+                todo,
+                out,
+                nproc=nproc,
+                nnodes=nnodes,
+                cluster=slurm_cluster,
+                resources=resources,
+                on_done=on_done,
             )
 
 

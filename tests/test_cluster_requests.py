@@ -14,7 +14,7 @@ import pytest
 from test_cli import grid, write
 
 from oxbench.config import RunConfig
-from oxbench.grid.executors import Resources, cell_request, slurm_parameters
+from oxbench.grid.clusters import Resources, cell_request, slurm_parameters
 
 GPU = Resources(gpus_per_rank=1, cpus_per_rank=4, partition="gpu", account="lab", qos="high",
                 sbatch=("--constraint=h100", "--exclusive"))  # fmt: skip
@@ -32,8 +32,9 @@ GPU = Resources(gpus_per_rank=1, cpus_per_rank=4, partition="gpu", account="lab"
 )
 def test_a_cell_requests_the_gpus_it_uses(online, nproc, gpus):
     cfg = RunConfig(method="sgrpo", online=online)
-    assert cell_request(cfg, nproc, GPU) == {"ranks": nproc, "gpus": gpus, "cpus": 4 * nproc}
+    assert cell_request(cfg, nproc, GPU) == {"nodes": 1, "ranks": nproc, "gpus": gpus, "cpus": 4 * nproc}
     assert cell_request(cfg, nproc, Resources()) == {
+        "nodes": 1,
         "ranks": nproc,
         "gpus": 0,
         "cpus": nproc,

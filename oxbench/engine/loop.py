@@ -145,7 +145,10 @@ class Loop:
                 self._log(metrics, gn, {**batch.fields(time.time()), **ledger, **cumulative})
 
     def _log(self, micro_metrics: list[dict], grad_norm: float | None, fields: dict) -> None:
-        row = {"step": self.version, "lr": self.engine.get_lr()[0], **_mean_metrics(micro_metrics), **fields,
+        mean = _mean_metrics(micro_metrics)
+        if D.world_size() > 1:  # the step's, over every rank's micro-batches: the same at any world size
+            mean = _mean_metrics(D.all_gather_objects(mean))
+        row = {"step": self.version, "lr": self.engine.get_lr()[0], **mean, **fields,
                **self.learner.diagnostics, **self.source.stats, "elapsed": time.time() - self.start}  # fmt: skip
         gn = self.engine.get_global_grad_norm()
         gn = grad_norm if gn is None else gn

@@ -1,10 +1,10 @@
 """Run grid cells, each in its own process, so one crash or leak never takes the grid down.
 
 * ``local``: a pool of ``--workers`` subprocesses on this machine.
-* ``ray``: one Ray task per cell with its CPU/GPU resources (``--ray-address`` for a cluster); a task
-  whose worker or node dies, or whose cell is pre-empted, is retried (``RAY_RETRIES``) and resumes.
-* ``slurm``: one submitit job per cell (``cluster="local"`` runs them on this machine, for tests); a
-  pre-empted or timed-out job checkpoints its cell and is requeued, and resumes from the checkpoint.
+* ``ray`` and ``slurm``: :mod:`oxbench.grid.clusters`, which starts the same processes there.
+
+A cell of several nodes (``nnodes``) is one torchrun agent per node joined by a c10d rendezvous
+(:mod:`oxbench.grid.nodes`); here, the local stand-in, they all run on this machine.
 
 Every executor launches the same command, ``python -m oxbench.grid.cell CONFIG.json OUT``, whose
 process holds an exclusive lock on the run directory while it runs and dies with its parent.
@@ -12,22 +12,24 @@ process holds an exclusive lock on the run directory while it runs and dies with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from oxbench.config import RunConfig
+from oxbench.grid.nodes import Rendezvous, agent_command, free_endpoint, log_name, lost_node
 from oxbench.grid.record import RunRecord
 from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir, write_record
 from oxbench.utils import content_hash, die_with_parent
@@ -42,45 +44,80 @@ def _config_file(cfg: RunConfig, d: Path) -> Path:
 
 
 def cell_command(cfg_file: Path, out: Path, nproc: int = 1) -> list[str]:
-    if nproc > 1:
-        return [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={nproc}",
-            "-m",
-            "oxbench.grid.cell",
-            str(cfg_file),
-            str(out),
-        ]
-    return [sys.executable, "-m", "oxbench.grid.cell", str(cfg_file), str(out)]
+    """The command of a one-node cell (:func:`oxbench.grid.nodes.agent_command`)."""
+    return agent_command(cfg_file, out, nproc)
 
 
-def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1) -> dict:
-    """Run one cell in a child process; its output goes to ``<run_dir>/train.log``."""
+def run_subprocess(cfg: RunConfig, out: Path, nproc: int = 1, workers: int = 1, nnodes: int = 1) -> dict:
+    """Run one cell in a child process (``nnodes`` > 1: one torchrun agent per node, here all on this
+    machine); its output goes to ``<run_dir>/train.log`` (other nodes': ``train.node<k>.log``)."""
     d = run_dir(out, cfg.grid, cfg.run_id())
     cfg_file = _config_file(cfg, d)
+    rdzv = Rendezvous(nnodes, free_endpoint(), cfg.run_id()) if nnodes > 1 else None
     try:
-        with open(d / "train.log", "a") as log:  # the cell truncates it once it holds the run's lock
-            proc = subprocess.Popen(
-                cell_command(cfg_file, out, nproc),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-                env=_child_env(workers, nproc),
-            )
-            RUNNING.add(proc)
-            try:
-                while proc.poll() is None:  # not wait(): a signal handler (submitit's pre-emption) may
-                    time.sleep(0.2)  # wait for this process itself, which wait()'s held lock would block
-            finally:
-                RUNNING.discard(proc)
+        commands = (
+            [cell_command(cfg_file, out, nproc)]
+            if rdzv is None
+            else [agent_command(cfg_file, out, nproc, rdzv, k) for k in range(nnodes)]
+        )
+        ends = run_agents(commands, d, _child_env(workers, nproc * nnodes), cfg.faults.collective_timeout_s)
     finally:
         cfg_file.unlink(missing_ok=True)
-    if proc.returncode == LOCKED_EXIT:
+    return agents_outcome(cfg, out, ends, nnodes)
+
+
+def agents_outcome(cfg: RunConfig, out: Path, ends: list[tuple[float, int, int, str]], nnodes: int) -> dict:
+    """The record of a cell whose agents ended as ``ends`` ((time, node, return code, host) each): its
+    own, or a failure saying why; a failed multi-node cell's error names the node that failed first."""
+    d = run_dir(out, cfg.grid, cfg.run_id())
+    rc = next(e[2] for e in ends if e[1] == 0)
+    if nnodes == 1 and rc == LOCKED_EXIT:
         return locked_record(cfg)
-    return _outcome(cfg, out, f"process exited with code {proc.returncode}: {_log_tail(d)}")
+    lost = lost_node(ends, nnodes) if nnodes > 1 else None
+    rec = _outcome(cfg, out, lost or f"process exited with code {rc}: {_log_tail(d)}")
+    killed = any(e[2] < 0 for e in ends)  # a node lost; else a pre-emption that every node obeyed stands
+    blame = rec.get("status") == "failed" or (killed and rec.get("status") == "preempted")
+    if lost and blame and not str(rec.get("error")).startswith(lost):
+        rec = {**rec, "status": "failed", "error": f"{lost}; {rec.get('error')}"}
+        with contextlib.suppress(OSError):  # a driver that does not see the cluster's output directory
+            write_record(d, rec)
+    return rec
+
+
+def run_agents(commands: list[list[str]], d: Path, env: dict, grace_s: float, host: str = "localhost",
+               first_node: int = 0) -> list[tuple[float, int, int, str]]:  # fmt: skip
+    """Start one process per command (node ``first_node + k``'s, its output in ``d/log_name(node)``) and
+    wait for them all; ``(end time, node, return code, host)`` each. Several nodes: each is a process group of its own (a
+    node taken down whole), and once one has failed the others get ``grace_s`` + 60 s to fail on their
+    own (a collective that sees the peer gone) before they are stopped."""
+    procs, ends = [], {}
+    for k, cmd in enumerate(commands):
+        with open(
+            d / log_name(first_node + k), "a"
+        ) as log:  # the cell truncates train.log once it holds the lock
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                          preexec_fn=die_with_parent, start_new_session=len(commands) > 1))  # fmt: skip
+        RUNNING.add(procs[-1])
+    try:
+        failed_at = None
+        while len(ends) < len(procs):  # not wait(): a signal handler (submitit's pre-emption) may wait
+            time.sleep(0.2)  # for this process itself, which wait()'s held lock would block
+            for k, proc in enumerate(procs):
+                if k not in ends and proc.poll() is not None:
+                    ends[k] = (time.time(), first_node + k, proc.returncode, host)
+                    failed_at = failed_at or (time.time() if proc.returncode else None)
+            if failed_at and time.time() - failed_at > grace_s + 60:
+                _stop_groups([p for k, p in enumerate(procs) if k not in ends])
+    finally:
+        for proc in procs:
+            RUNNING.discard(proc)
+    return [ends[k] for k in range(len(procs))]
+
+
+def _stop_groups(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 RUNNING: set[subprocess.Popen] = set()  # cell processes of run_subprocess, for an interrupted grid to stop
@@ -357,13 +394,14 @@ def run_local(
     on_done: Callable[[RunConfig, dict], None] | None = None,
     on_prepared: Callable[[RunConfig, float, str | None], None] | None = None,
     warm: bool = True,
+    nnodes: int = 1,
 ) -> list[dict]:
     """A pool of ``workers`` slots, each a :class:`WarmWorker` (``warm``; cells of ``nproc`` > 1 and
     ``warm=False`` get a fresh process each). Each base model's shared preparation runs once, in a slot of
     its own, and that model's cells join the queue as soon as it is done, so the small scales
     train while the largest is still pre-training. A failed preparation is reported through
     ``on_prepared``; its cells still run and fail with the full error in their records."""
-    pool = _LocalPool(cells, out, workers, nproc, warm)
+    pool = _LocalPool(cells, out, workers, nproc, warm, nnodes)
     threads = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         return pool.drive(threads, on_done, on_prepared)
@@ -382,8 +420,11 @@ def run_local(
 class _LocalPool:
     """:func:`run_local`'s parts: the shared preparations, the warm slots, and the loop over both."""
 
-    def __init__(self, cells: list[RunConfig], out: Path, workers: int, nproc: int, warm: bool):
-        self.out, self.workers, self.nproc, self.warm = out, workers, nproc, warm
+    def __init__(
+        self, cells: list[RunConfig], out: Path, workers: int, nproc: int, warm: bool, nnodes: int = 1
+    ):
+        self.out, self.workers, self.nproc, self.nnodes = out, workers, nproc, nnodes
+        self.warm = warm and nproc == 1 and nnodes == 1  # a torchrun world: a fresh process per cell
         self.groups = _shared_groups(cells)
         self.by_model: dict[str, list[RunConfig]] = {}
         for c in cells:
@@ -404,7 +445,7 @@ class _LocalPool:
         need = [not is_prepared(c) for c in group]
         if not any(need):
             return [(c, 0.0, None) for c in group]
-        w = None if self.nproc > 1 or not self.warm else self.idle.get()  # a warm slot, as run_cell uses
+        w = self.idle.get() if self.warm else None  # a warm slot, as run_cell uses
 
         def make(c: RunConfig) -> tuple[float, str | None]:
             return _prepare_one(c, self.out, share) if w is None else w.prepare(c, self.out, share)
@@ -417,8 +458,8 @@ class _LocalPool:
 
     def run_cell(self, c: RunConfig) -> dict:
         try:
-            if self.nproc > 1 or not self.warm:  # a torchrun world, or asked for: a fresh process per cell
-                return run_subprocess(c, self.out, self.nproc, self.workers)
+            if not self.warm:
+                return run_subprocess(c, self.out, self.nproc, self.workers, self.nnodes)
             w = self.idle.get()
             try:
                 return w.run(c, self.out)
@@ -447,180 +488,3 @@ class _LocalPool:
                 if on_done:
                     on_done(item, rec)
         return results
-
-
-class CellPreempted(RuntimeError):
-    """A Ray task's cell was pre-empted (its record says so, its checkpoint holds it): Ray retries it."""
-
-
-def _remote_cell(
-    cfg_dict: dict, out: str, nproc: int, raise_preempted: bool = False, plugins: str = ""
-) -> dict:
-    """The cell entry a Ray task or a Slurm job runs: plain arguments in, the run record out. ``plugins``
-    (``$OXBENCH_PLUGINS`` of the grid) are loaded first: a plugin's loss is part of the cell's run_id."""
-    from oxbench.plugins import load_env_plugins
-
-    if plugins:
-        os.environ["OXBENCH_PLUGINS"] = plugins
-        load_env_plugins()
-    rec = run_subprocess(RunConfig(**cfg_dict), Path(out), nproc)
-    if raise_preempted and rec.get("status") == "preempted":
-        raise CellPreempted(rec.get("error"))
-    return rec
-
-
-RAY_RETRIES = 3  # a task whose worker or node died, or whose cell was pre-empted, runs again (and resumes)
-
-
-def stop_subprocesses(timeout: float = 120.0) -> None:
-    """SIGTERM the running cell processes and give them ``timeout`` seconds to checkpoint and record."""
-    interrupt_subprocesses()
-    for proc in list(RUNNING):
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def slurm_cell():
-    """A cell as a submitit job. Pre-empted or timed out (submitit's signal), it stops its cell process,
-    which checkpoints, and asks submitit to requeue it; the requeued job resumes the cell from there."""
-    import submitit
-
-    class SlurmCell(submitit.helpers.Checkpointable):
-        def __call__(self, cfg_dict: dict, out: str, nproc: int, plugins: str = "") -> dict:
-            return _remote_cell(cfg_dict, out, nproc, plugins=plugins)
-
-        def checkpoint(self, *args, **kwargs):
-            stop_subprocesses()
-            return super().checkpoint(*args, **kwargs)
-
-    return SlurmCell()
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What each cell asks a cluster scheduler (Ray, Slurm) for: per rank, and the cluster's own names.
-    ``sbatch``: extra Slurm options, ``--key=value`` or ``--flag``."""
-
-    gpus_per_rank: int = 0
-    cpus_per_rank: int = 1
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    sbatch: tuple[str, ...] = ()
-
-
-def cell_request(cfg: RunConfig, nproc: int, res: Resources) -> dict[str, int]:
-    """``{"ranks", "gpus", "cpus"}`` a cell of ``nproc`` ranks uses on its node: a GPU per rank (times
-    ``gpus_per_rank``) plus, for the vLLM backend on GPUs of its own (``online.vllm_placement``
-    separate, or auto, which takes one when there is one: the asynchronous study's setting), the
-    servers' GPUs; and ``cpus_per_rank`` per rank."""
-    gpus = nproc * res.gpus_per_rank
-    o = cfg.online
-    if gpus and o.backend == "vllm" and o.vllm_placement in ("separate", "auto"):
-        gpus = max(gpus + nproc, max(o.vllm_devices) + 1 if o.vllm_devices else 0)  # one server per rank
-    return {"ranks": nproc, "gpus": gpus, "cpus": nproc * res.cpus_per_rank}
-
-
-def slurm_parameters(req: dict[str, int], res: Resources, timeout_min: int = 240) -> dict:
-    """submitit's parameters for one cell's job: one task on one node that starts the cell's ranks
-    (torchrun), holding their GPUs and CPUs, in the partition, account and QOS asked for."""
-    params: dict = {"timeout_min": timeout_min, "nodes": 1, "tasks_per_node": 1, "cpus_per_task": req["cpus"]}
-    if req["gpus"]:
-        params["gpus_per_node"] = req["gpus"]
-    names = {"slurm_partition": res.partition, "slurm_account": res.account, "slurm_qos": res.qos}
-    params |= {k: v for k, v in names.items() if v}
-    extra = dict(o.lstrip("-").split("=", 1) if "=" in o else (o.lstrip("-"), True) for o in res.sbatch)
-    return params | ({"slurm_additional_parameters": extra} if extra else {})
-
-
-def request_line(req: dict[str, int], res: Resources) -> str:
-    """What ``--plan`` prints of one cell's request."""
-    names = [
-        f"{k} {v}" for k, v in (("partition", res.partition), ("account", res.account), ("qos", res.qos)) if v
-    ]
-    return ", ".join(
-        [f"{req['ranks']} rank(s)", f"{req['gpus']} GPU(s)", f"{req['cpus']} CPU(s)", *names, *res.sbatch]
-    )
-
-
-def run_ray(
-    cells: list[RunConfig],
-    out: Path,
-    *,
-    workers: int = 1,
-    nproc: int = 1,
-    address: str | None = None,
-    resources: Resources = Resources(),
-    on_done: Callable[[RunConfig, dict], None] | None = None,
-) -> list[dict]:
-    """Each cell a Ray task that asks for the GPUs and CPUs its ranks use (:func:`cell_request`): Ray
-    gives the task those GPUs (its ``CUDA_VISIBLE_DEVICES``), and the cell's ranks inherit them."""
-    import ray
-
-    started_here = not ray.is_initialized()
-    if started_here:
-        per_cell = nproc * resources.cpus_per_rank
-        kwargs = {"address": address} if address else {"num_cpus": max(1, workers) * per_cell}
-        ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
-    task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=[CellPreempted])(_remote_cell)
-    plugins = os.environ.get("OXBENCH_PLUGINS", "")
-    refs = {}
-    for c in cells:
-        req = cell_request(c, nproc, resources)
-        ask = task.options(num_cpus=req["cpus"], num_gpus=req["gpus"])
-        refs[ask.remote(c.model_dump(), str(Path(out).resolve()), nproc, True, plugins)] = c
-    results = []
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for ref in done:
-            try:
-                rec = ray.get(ref)
-            except Exception as exc:  # a dead worker is a failed cell, never a lost one (a cell still
-                # pre-empted after its retries keeps its own record, which says so)
-                rec = failed_record(refs[ref], out, f"ray task failed: {type(exc).__name__}")
-            results.append(rec)
-            if on_done:
-                on_done(refs[ref], rec)
-    if started_here:
-        ray.shutdown()
-    return results
-
-
-def run_slurm(
-    cells: list[RunConfig],
-    out: Path,
-    *,
-    nproc: int = 1,
-    cluster: str | None = None,
-    folder: str | None = None,
-    slurm_kwargs: dict | None = None,
-    resources: Resources = Resources(),
-    on_done: Callable[[RunConfig, dict], None] | None = None,
-) -> list[dict]:
-    """Each cell a submitit job asking for what its ranks use (:func:`slurm_parameters`)."""
-    import submitit
-
-    folder = folder or str(Path(out) / ".submitit")
-    ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
-    kwargs = dict(slurm_kwargs or {})
-    timeout = kwargs.pop("timeout_min", 240)
-    plugins = os.environ.get("OXBENCH_PLUGINS", "")
-    jobs = []
-    for c in cells:
-        ex.update_parameters(
-            **slurm_parameters(cell_request(c, nproc, resources), resources, timeout), **kwargs
-        )
-        jobs.append((c, ex.submit(slurm_cell(), c.model_dump(), str(Path(out).resolve()), nproc, plugins)))
-    results = []
-    for c, job in jobs:
-        try:
-            rec = job.result()
-        except Exception as exc:
-            rec = failed_record(c, out, f"slurm job failed: {type(exc).__name__}")
-        results.append(rec)
-        if on_done:
-            on_done(c, rec)
-    return results

@@ -61,6 +61,7 @@ class RunRecord(BaseModel):
     git_sha: str | None = None
     packages: dict[str, str] | None = None
     world_size: int | None = None
+    nodes: int | None = None  # the torchrun agents (nodes) its ranks ran on
     #: the mid-run checkpoint's step this run resumed from (None: it ran from the start)
     resumed_from_step: int | None = None
     #: trained again by ``--rerun`` over a finished record (kept beside it as ``run.replaced.json``)

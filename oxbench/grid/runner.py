@@ -226,7 +226,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     cell.record.rerun = (cell.dir / REPLACED).is_file()
     D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
-    cell.record.world_size = D.world_size()
+    cell.record.world_size, cell.record.nodes = D.world_size(), int(os.environ.get("GROUP_WORLD_SIZE", 1))
     try:
         try:
             if D.is_main():
