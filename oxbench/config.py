@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -413,6 +414,22 @@ class TrainConfig(Strict):
     check_reference: bool = True  # step-0 check that policy log-probs equal the reference's
     save_model: bool = False  # save the trained weights to <run_dir>/model (save_pretrained format)
     lr_scaling: LrScaling = added(LrScaling())
+
+
+ZERO_STAGE_ENV = "OXBENCH_ZERO_STAGE"
+
+
+def zero_stage(cfg: RunConfig) -> int:
+    """The ZeRO stage a cell runs at: ``train.zero_stage``, or the one its launch chose (``oxbench run
+    --zero-stage``, which sets ``$OXBENCH_ZERO_STAGE``). Like ``--nproc`` it is a layout, not part of the
+    cell: the maths, the ``run_id`` and the checkpoints are the same at every stage, so a cell written at
+    ZeRO-3 on two GPUs resumes at ZeRO-0 on one."""
+    given = os.environ.get(ZERO_STAGE_ENV, "").strip()
+    if not given:
+        return cfg.train.zero_stage
+    if given not in ("0", "1", "2", "3"):
+        raise ValueError(f"${ZERO_STAGE_ENV}: must be 0, 1, 2 or 3, got {given!r}")
+    return int(given)
 
 
 class CollapseConfig(Strict):

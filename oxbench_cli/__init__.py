@@ -277,6 +277,9 @@ def run(
     nnodes: int = typer.Option(
         1, "--nnodes", help="Nodes per cell: --nproc ranks on each, joined by torchrun's c10d rendezvous."
     ),
+    zero: int | None = typer.Option(
+        None, "--zero-stage", help="Run the cells at this ZeRO stage (0-3) instead of train.zero_stage."
+    ),
     ray_address: str | None = typer.Option(None, "--ray-address", help="An existing Ray cluster."),
     slurm_cluster: str | None = typer.Option(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
     plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
@@ -295,6 +298,7 @@ def run(
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
     _check_run_options(executor, workers, nproc, out, nnodes)
+    _set_zero_stage(zero)
     if gpus_per_rank < 0 or cpus_per_rank < 1:
         fail(
             f"--gpus-per-rank must be >= 0 and --cpus-per-rank >= 1, got {gpus_per_rank} and {cpus_per_rank}"
@@ -433,6 +437,18 @@ def _check_run_options(executor: str, workers: int, nproc: int, out: Path, nnode
     parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
     if not os.access(parent, os.W_OK | os.X_OK):
         fail(f"--out {out}: {parent} is not writable")
+
+
+def _set_zero_stage(zero: int | None) -> None:
+    """``--zero-stage``: the ZeRO stage of every cell this command runs (a layout, like ``--nproc``: a
+    cell's run_id and checkpoints are the same at every stage; ``oxbench.config.zero_stage``)."""
+    if zero is None:
+        return
+    if zero not in (0, 1, 2, 3):
+        fail(f"--zero-stage: must be 0, 1, 2 or 3, got {zero}")
+    from oxbench.config import ZERO_STAGE_ENV
+
+    os.environ[ZERO_STAGE_ENV] = str(zero)  # the cells' processes, here and on a cluster, inherit it
 
 
 def _check_out_writable(out: Path) -> None:

@@ -138,8 +138,8 @@ def test_a_lost_node_fails_its_cell_naming_the_node_and_the_grid_goes_on(tmp_pat
 
 
 def test_a_cell_preempted_on_two_ranks_resumes_on_two_nodes_then_one_rank(tmp_path, micro_model_dir):
-    """A 6-step sft cell checkpointing every step, pre-empted (SIGTERM) while it runs on 2 ranks, resumes
-    on 2 nodes (pre-empted again), then on 1 rank (2 micro-batches per step: the global batch kept), and
+    """A 6-step sft cell checkpointing every step, pre-empted (SIGTERM) while it runs on 2 ranks at
+    ``--zero-stage 3``, resumes on 2 nodes without ZeRO (pre-empted again), then on 1 rank (2 micro-batches per step: the global batch kept), and
     its losses equal the never-stopped 2-rank run's (to 1e-4: sft normalises by tokens per micro-batch,
     and 1 rank cuts the batch into micro-batches otherwise than 2 ranks do)."""
     slow = {"slow_sft": {"checkpoint": {"every": 1}}}
@@ -154,13 +154,14 @@ def test_a_cell_preempted_on_two_ranks_resumes_on_two_nodes_then_one_rank(tmp_pa
     whole = _run(grid, tmp_path / "whole", "--nproc", "2", "--plugin", "slow_plugin", env=env)
     assert whole.returncode == 0, whole.stderr[-2000:]
     out = tmp_path / "out"
-    for flags, at in ((["--nproc", "2"], 2), (["--nnodes", "2"], 4)):
+    for flags, at in ((["--nproc", "2", "--zero-stage", "3"], 2), (["--nnodes", "2"], 4)):
         _preempt_at(grid, out, [*flags, "--plugin", "slow_plugin"], env, at)
     last = _run(grid, out, "--plugin", "slow_plugin", env=env)
     assert last.returncode == 0, last.stderr[-2000:]
     (run_id,) = records(out)
     rec = records(out)[run_id]
     assert rec["status"] == "finished" and rec["resumed_from_step"] >= 4 and rec["world_size"] == 1
+    assert rec["zero_stage"] == 0 and rec["nodes"] == 1
     mine, ref = _metrics(out, run_id), _metrics(tmp_path / "whole", run_id)
     assert [r["step"] for r in mine] == [r["step"] for r in ref] == [1, 2, 3, 4, 5, 6]
     for r, w in zip(mine, ref):  # sft's loss is a token mean per micro-batch: 1 rank x 2 micro-batches
@@ -245,3 +246,9 @@ def test_a_cell_spans_two_ray_nodes(tmp_path, micro_model_dir):
     assert a["status"] == "finished" and a["nodes"] == 2 and a["world_size"] == 2, a
     assert _metrics(tmp_path / "ray", run_id) == _metrics(tmp_path / "local", run_id)
     assert a["metrics"] == b["metrics"] and a["data_order_sha"] == b["data_order_sha"]
+
+
+def test_a_bad_zero_stage_is_one_line_before_any_work(tmp_path, micro_model_dir):
+    proc = _run(_grid(tmp_path, micro_model_dir, ["dpo"]), tmp_path / "out", "--zero-stage", "5")
+    assert proc.returncode == 2 and "--zero-stage: must be 0, 1, 2 or 3, got 5" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -46,6 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from oxbench.config import zero_stage
+
 GIB = 2**30
 CUDA_CONTEXT = 1 * GIB  # the CUDA context, cuBLAS workspaces and allocator slack, per process
 PREFETCH_PARAMS = 50_000_000  # DeepSpeed's default stage3_prefetch_bucket_size
@@ -260,7 +262,7 @@ def setup_for_run(cfg, vocab: int, *, online: bool, pairs: bool = False, referen
     vocab_row = max(1, o.n * new * vocab * 4)  # rollout.py's batch rule: 256 sequences or the logits budget
     gen_prompts = max(1, min(256 // o.n, LOGITS_BUDGET // vocab_row))
     return Setup(
-        world=world, zero_stage=t.zero_stage, dtype=cfg.model.dtype,
+        world=world, zero_stage=zero_stage(cfg), dtype=cfg.model.dtype,
         lora_r=lora.r if lora.enabled else None, lora_targets=tuple(lora.target_modules),
         # lean falls back to HF generate on a LoRA model (oxbench.engine.build.fast_paths)
         backend=None if not online else ("hf" if o.backend == "lean" and lora.enabled else o.backend),
@@ -338,7 +340,7 @@ def oom_line(exc: BaseException, run: str, cfg) -> str | None:
     m, t = cfg.model, cfg.train
     switches = [
         ("model.lora.enabled", m.lora.enabled, "true"),
-        ("train.zero_stage", t.zero_stage == 3, "3"),
+        ("train.zero_stage", zero_stage(cfg) == 3, "3"),
         ("model.gradient_checkpointing", bool(getattr(m, "gradient_checkpointing", False)), "true"),
     ]
     turn = [f"{name} {value}" for name, done, value in switches if not done]

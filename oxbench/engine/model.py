@@ -15,7 +15,7 @@ import torch.nn as nn
 
 import oxbench.device as placement
 from losses import LossSpec
-from oxbench.config import RunConfig
+from oxbench.config import RunConfig, zero_stage
 from oxbench.engine import distributed as D
 from oxbench.engine.reference import LiveReference
 
@@ -93,7 +93,7 @@ def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None
         "gradient_accumulation_steps": accum,
         "train_batch_size": t.batch_size * accum * D.world_size(),
         "gradient_clipping": t.max_grad_norm,
-        "zero_optimization": {"stage": t.zero_stage},
+        "zero_optimization": {"stage": zero_stage(cfg)},
         "bf16": {"enabled": cfg.model.dtype == "bf16"},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,

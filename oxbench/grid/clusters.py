@@ -46,20 +46,29 @@ class CellPreempted(RuntimeError):
     """A Ray task's cell was pre-empted (its record says so, its checkpoint holds it): Ray retries it."""
 
 
-def _load_plugins(plugins: str) -> None:
-    """The grid's ``$OXBENCH_PLUGINS``, loaded where a cell runs: a plugin's loss is part of its run_id."""
+LAUNCH_VARS = ("OXBENCH_PLUGINS", "OXBENCH_ZERO_STAGE")  # what the grid's command line set for its cells
+
+
+def launch_env() -> dict[str, str]:
+    """The grid's launch settings a cell on another node needs (its plugins: a plugin's loss is part of
+    its run_id; a ZeRO stage chosen at launch), which a scheduler's workers do not inherit."""
+    return {k: os.environ[k] for k in LAUNCH_VARS if os.environ.get(k)}
+
+
+def _enter_launch(env: dict[str, str]) -> None:
+    """:func:`launch_env`'s settings, where a cell runs: set, and the plugins loaded."""
     from oxbench.plugins import load_env_plugins
 
-    if plugins:
-        os.environ["OXBENCH_PLUGINS"] = plugins
+    os.environ.update(env)
+    if env.get("OXBENCH_PLUGINS"):
         load_env_plugins()
 
 
 def _remote_cell(
-    cfg_dict: dict, out: str, nproc: int, raise_preempted: bool = False, plugins: str = ""
+    cfg_dict: dict, out: str, nproc: int, raise_preempted: bool = False, launch: dict | None = None
 ) -> dict:
     """The cell entry a one-node Ray task or Slurm job runs: plain arguments in, the run record out."""
-    _load_plugins(plugins)
+    _enter_launch(launch or {})
     rec = run_subprocess(RunConfig(**cfg_dict), Path(out), nproc)
     if raise_preempted and rec.get("status") == "preempted":
         raise CellPreempted(rec.get("error"))
@@ -67,10 +76,10 @@ def _remote_cell(
 
 
 def node_agent(cfg_dict: dict, out: str, nproc: int, rdzv: Rendezvous, node: int, host: str,
-               plugins: str = "") -> tuple[float, int, int, str]:  # fmt: skip
+               launch: dict | None = None) -> tuple[float, int, int, str]:  # fmt: skip
     """Run node ``node``'s torchrun agent of a multi-node cell here, to its end: ``(end time, node,
     return code, host)``, what :func:`~oxbench.grid.executors.agents_outcome` reads."""
-    _load_plugins(plugins)
+    _enter_launch(launch or {})
     cfg = RunConfig(**cfg_dict)
     d = run_dir(Path(out), cfg.grid, cfg.run_id())
     cfg_file = _config_file(cfg, d)
@@ -100,12 +109,12 @@ def slurm_cell():
     import submitit
 
     class SlurmCell(submitit.helpers.Checkpointable):
-        def __call__(self, cfg_dict: dict, out: str, nproc: int, plugins: str = "", nnodes: int = 1):
+        def __call__(self, cfg_dict: dict, out: str, nproc: int, launch: dict | None = None, nnodes: int = 1):
             if nnodes == 1:
-                return _remote_cell(cfg_dict, out, nproc, plugins=plugins)
+                return _remote_cell(cfg_dict, out, nproc, launch=launch)
             env = submitit.JobEnvironment()
             rdzv = slurm_rendezvous(env.job_id, env.hostnames, nnodes, RunConfig(**cfg_dict).run_id())
-            return node_agent(cfg_dict, out, nproc, rdzv, env.global_rank, env.hostname, plugins)
+            return node_agent(cfg_dict, out, nproc, rdzv, env.global_rank, env.hostname, launch)
 
         def checkpoint(self, *args, **kwargs):
             stop_subprocesses()
@@ -170,7 +179,7 @@ def request_line(req: dict[str, int], res: Resources) -> str:
     return f"{req['nodes']} nodes, each {line}" if req.get("nodes", 1) > 1 else line
 
 
-def _ray_multinode_cell(cfg_dict: dict, out: str, nproc: int, nnodes: int, req: dict, plugins: str) -> dict:
+def _ray_multinode_cell(cfg_dict: dict, out: str, nproc: int, nnodes: int, req: dict, launch: dict) -> dict:
     """A cell across ``nnodes`` Ray nodes (a Ray task of its own, holding no resources): a
     ``STRICT_SPREAD`` placement group of one bundle per node, an actor in each that runs its node's
     agent; the rendezvous on bundle 0's node. Raises :class:`CellPreempted` for Ray to retry."""
@@ -189,7 +198,7 @@ def _ray_multinode_cell(cfg_dict: dict, out: str, nproc: int, nnodes: int, req: 
         ]  # fmt: skip
         cfg = RunConfig(**cfg_dict)
         rdzv = Rendezvous(nnodes, ray.get(agents[0].endpoint.remote()), cfg.run_id())
-        runs = [a.run.remote(cfg_dict, out, nproc, rdzv, i, plugins) for i, a in enumerate(agents)]
+        runs = [a.run.remote(cfg_dict, out, nproc, rdzv, i, launch) for i, a in enumerate(agents)]
         ends = [_end_or_lost(ref, i) for i, ref in enumerate(runs)]
     finally:
         remove_placement_group(pg)
@@ -217,10 +226,10 @@ class NodeAgent:
 
         return free_endpoint(ray.util.get_node_ip_address())
 
-    def run(self, cfg_dict: dict, out: str, nproc: int, rdzv: Rendezvous, node: int, plugins: str):
+    def run(self, cfg_dict: dict, out: str, nproc: int, rdzv: Rendezvous, node: int, launch: dict):
         import ray
 
-        return node_agent(cfg_dict, out, nproc, rdzv, node, ray.util.get_node_ip_address(), plugins)
+        return node_agent(cfg_dict, out, nproc, rdzv, node, ray.util.get_node_ip_address(), launch)
 
 
 def run_ray(
@@ -247,15 +256,15 @@ def run_ray(
     retry = {"max_retries": RAY_RETRIES, "retry_exceptions": [CellPreempted]}
     task = ray.remote(**retry)(_remote_cell)
     spread = ray.remote(num_cpus=0, **retry)(_ray_multinode_cell)
-    plugins, where = os.environ.get("OXBENCH_PLUGINS", ""), str(Path(out).resolve())
+    launch, where = launch_env(), str(Path(out).resolve())
     refs = {}
     for c in cells:
         req = cell_request(c, nproc, resources, nnodes)
         if nnodes > 1:
-            ref = spread.remote(c.model_dump(), where, nproc, nnodes, req, plugins)
+            ref = spread.remote(c.model_dump(), where, nproc, nnodes, req, launch)
         else:
             ask = task.options(num_cpus=req["cpus"], num_gpus=req["gpus"])
-            ref = ask.remote(c.model_dump(), where, nproc, True, plugins)
+            ref = ask.remote(c.model_dump(), where, nproc, True, launch)
         refs[ref] = c
     results = _gather_ray(refs, out, on_done)
     if started_here:
@@ -302,12 +311,12 @@ def run_slurm(
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
     kwargs = dict(slurm_kwargs or {})
     timeout = kwargs.pop("timeout_min", 240)
-    plugins, where = os.environ.get("OXBENCH_PLUGINS", ""), str(Path(out).resolve())
+    launch, where = launch_env(), str(Path(out).resolve())
     jobs = []
     for c in cells:
         req = cell_request(c, nproc, resources, nnodes)
         ex.update_parameters(**slurm_parameters(req, resources, timeout), **kwargs)
-        jobs.append((c, ex.submit(slurm_cell(), c.model_dump(), where, nproc, plugins, nnodes)))
+        jobs.append((c, ex.submit(slurm_cell(), c.model_dump(), where, nproc, launch, nnodes)))
     results = []
     for c, job in jobs:
         try:

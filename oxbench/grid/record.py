@@ -62,6 +62,7 @@ class RunRecord(BaseModel):
     packages: dict[str, str] | None = None
     world_size: int | None = None
     nodes: int | None = None  # the torchrun agents (nodes) its ranks ran on
+    zero_stage: int | None = None  # the ZeRO stage it ran at (train.zero_stage, or --zero-stage)
     #: the mid-run checkpoint's step this run resumed from (None: it ran from the start)
     resumed_from_step: int | None = None
     #: trained again by ``--rerun`` over a finished record (kept beside it as ``run.replaced.json``)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from oxbench.config import RunConfig
+from oxbench.config import RunConfig, zero_stage
 from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
 from oxbench.engine.build import train_offline, train_online
@@ -227,6 +227,7 @@ def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
     cell.record.world_size, cell.record.nodes = D.world_size(), int(os.environ.get("GROUP_WORLD_SIZE", 1))
+    cell.record.zero_stage = zero_stage(cfg)
     try:
         try:
             if D.is_main():
