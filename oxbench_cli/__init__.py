@@ -26,6 +26,7 @@ from oxbench.grid.runs import inspect_record, read_record, run_dir, stale_data
 from oxbench.grid.spec import (
     REPORT_METRICS,
     REPORT_OPTIONS,
+    ClusterOptions,
     GridError,
     ReportOptions,
     expand,
@@ -271,11 +272,11 @@ def run(
     plan: bool = typer.Option(False, "--plan", help="Print the cells and their status; run nothing."),
     executor: str = typer.Option("local", "--executor", help="local | ray | slurm"),
     workers: int = typer.Option(1, "--workers", help="Cells run at once (local, ray)."),
-    nproc: int = typer.Option(
-        1, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks."
+    nproc: int | None = typer.Option(
+        None, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks. Default 1."
     ),
-    nnodes: int = typer.Option(
-        1, "--nnodes", help="Nodes per cell: --nproc ranks on each, joined by torchrun's c10d rendezvous."
+    nnodes: int | None = typer.Option(
+        None, "--nnodes", help="Nodes per cell: --nproc ranks on each, joined by c10d. Default 1."
     ),
     zero: int | None = typer.Option(
         None, "--zero-stage", help="Run the cells at this ZeRO stage (0-3) instead of train.zero_stage."
@@ -289,27 +290,26 @@ def run(
     rerun: bool = typer.Option(
         False, "--rerun", help="Train finished cells again (each old record kept as run.replaced.json)."
     ),
-    gpus_per_rank: int = typer.Option(0, "--gpus-per-rank", help="ray, slurm: GPUs each rank asks for."),
-    cpus_per_rank: int = typer.Option(1, "--cpus-per-rank", help="ray, slurm: CPUs each rank asks for."),
+    gpus_per_rank: int | None = typer.Option(
+        None, "--gpus-per-rank", help="ray, slurm: GPUs each rank asks for (default 0)."
+    ),
+    cpus_per_rank: int | None = typer.Option(
+        None, "--cpus-per-rank", help="ray, slurm: CPUs each rank asks for (default 1)."
+    ),
     partition: str | None = typer.Option(None, "--partition", help="slurm: the partition."),
     account: str | None = typer.Option(None, "--account", help="slurm: the account."),
     qos: str | None = typer.Option(None, "--qos", help="slurm: the QOS."),
     sbatch: list[str] = typer.Option([], "--sbatch", help="slurm: one more #SBATCH option (--key=value)."),
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
-    _check_run_options(executor, workers, nproc, out, nnodes)
-    _set_zero_stage(zero)
-    if gpus_per_rank < 0 or cpus_per_rank < 1:
-        fail(
-            f"--gpus-per-rank must be >= 0 and --cpus-per-rank >= 1, got {gpus_per_rank} and {cpus_per_rank}"
-        )
-    from oxbench.grid.clusters import Resources  # no torch: the executors import it where a cell runs
-
-    resources = Resources(gpus_per_rank, cpus_per_rank, partition, account, qos, tuple(sbatch))
+    given = {"nproc": nproc, "nnodes": nnodes, "zero_stage": zero, "gpus_per_rank": gpus_per_rank,
+             "cpus_per_rank": cpus_per_rank, "partition": partition, "account": account, "qos": qos}  # fmt: skip
+    _check_run_options(executor, workers, out, given)
     _load_plugins(plugin)
     if (grid is None) == (config is None):
         fail("give exactly one of --grid FILE or --config FILE")
     if config is not None:
+        _cluster(ClusterOptions(), given, sbatch)  # its --zero-stage (it runs here: no ranks, no requests)
         _run_single(config, out, plan, rerun)
         return
     try:
@@ -320,6 +320,7 @@ def run(
         cells = expand(g, str(grid))
     except GridError as exc:
         fail(str(exc))
+    nproc, nnodes, resources = _cluster(g.cluster, given, sbatch)
     if not plan:
         _check_out_writable(out)
     print_plan(cells, out)
@@ -426,12 +427,17 @@ def _check_choice(option: str, kind: str, value: str, choices: tuple[str, ...], 
         )
 
 
-def _check_run_options(executor: str, workers: int, nproc: int, out: Path, nnodes: int = 1) -> None:
+def _check_run_options(executor: str, workers: int, out: Path, given: dict | None = None) -> None:
     """The command line's own values, before the plan prints: one line each, exit 2."""
     _check_choice("--executor", "executor", executor, EXECUTORS, "local, ray or slurm")
-    for name, value in (("--workers", workers), ("--nproc", nproc), ("--nnodes", nnodes)):
-        if value < 1:
-            fail(f"{name}: must be >= 1, got {value}")
+    given = given or {}
+    lowest = {"workers": 1, "nproc": 1, "nnodes": 1, "gpus_per_rank": 0, "cpus_per_rank": 1}
+    for name, low in lowest.items():
+        value = workers if name == "workers" else given.get(name)
+        if value is not None and value < low:
+            fail(f"--{name.replace('_', '-')}: must be >= {low}, got {value}")
+    if given.get("zero_stage") not in (None, 0, 1, 2, 3):
+        fail(f"--zero-stage: must be 0, 1, 2 or 3, got {given['zero_stage']}")
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
@@ -439,16 +445,21 @@ def _check_run_options(executor: str, workers: int, nproc: int, out: Path, nnode
         fail(f"--out {out}: {parent} is not writable")
 
 
-def _set_zero_stage(zero: int | None) -> None:
-    """``--zero-stage``: the ZeRO stage of every cell this command runs (a layout, like ``--nproc``: a
-    cell's run_id and checkpoints are the same at every stage; ``oxbench.config.zero_stage``)."""
-    if zero is None:
-        return
-    if zero not in (0, 1, 2, 3):
-        fail(f"--zero-stage: must be 0, 1, 2 or 3, got {zero}")
+def _cluster(options, given: dict, sbatch: list[str]):
+    """``(nproc, nnodes, Resources)`` of a grid's cells: each flag given on the command line, else the grid
+    file's ``cluster`` section, else the default; ``--sbatch`` lines after the file's. A ZeRO stage chosen
+    (``--zero-stage``, ``cluster.zero_stage``) is set in ``$OXBENCH_ZERO_STAGE`` for every cell process:
+    a layout like ``--nproc`` (a cell's run_id and checkpoints are the same at every stage)."""
     from oxbench.config import ZERO_STAGE_ENV
+    from oxbench.grid.clusters import Resources  # no torch: the executors import it where a cell runs
 
-    os.environ[ZERO_STAGE_ENV] = str(zero)  # the cells' processes, here and on a cluster, inherit it
+    file = options.model_dump()
+    pick = {k: v if v is not None else file[k] for k, v in given.items()}
+    if pick["zero_stage"] is not None:
+        os.environ[ZERO_STAGE_ENV] = str(pick["zero_stage"])
+    res = Resources(pick["gpus_per_rank"] or 0, pick["cpus_per_rank"] or 1, pick["partition"], pick["account"],
+                    pick["qos"], (*file["sbatch"], *sbatch))  # fmt: skip
+    return pick["nproc"] or 1, pick["nnodes"] or 1, res
 
 
 def _check_out_writable(out: Path) -> None:

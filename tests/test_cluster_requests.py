@@ -93,3 +93,39 @@ def test_ray_gives_each_cell_the_gpus_it_requested(tmp_path, micro_model_dir):
     assert "ray: 1 cell(s) each request 1 rank(s), 1 GPU(s), 1 CPU(s)" in proc.stdout
     seen = {json.loads(line) for line in probe.read_text().splitlines()}
     assert len(seen) == 1 and next(iter(seen)) in ("0", "1"), seen  # one of the two declared GPUs
+
+
+def test_the_grid_file_sets_the_requests_and_the_command_line_wins(tmp_path, micro_model_dir):
+    """A grid's ``cluster`` section is the default of the run flags: ``--plan`` prints what each cell asks
+    for from it; a flag given on the command line wins, and ``--sbatch`` lines add to the file's."""
+    cluster = {"nproc": 2, "nnodes": 2, "gpus_per_rank": 1, "cpus_per_rank": 3, "partition": "gpu",
+               "sbatch": ["--constraint=h100"]}  # fmt: skip
+    g = write(tmp_path, "g.yaml", {**grid(micro_model_dir, axes={"method": ["sft"], "seed": [0]}),
+                                   "cluster": cluster})  # fmt: skip
+    base = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(g), "--out", str(tmp_path / "o")]
+    plan = subprocess.run([*base, "--plan", "--executor", "slurm"], capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr
+    assert ("slurm: 1 cell(s) each request 2 nodes, each 2 rank(s), 2 GPU(s), 6 CPU(s), partition gpu, "
+            "--constraint=h100") in plan.stdout, plan.stdout  # fmt: skip
+    mine = [
+        *base,
+        "--plan",
+        "--executor",
+        "ray",
+        "--nnodes",
+        "1",
+        "--gpus-per-rank",
+        "0",
+        "--sbatch",
+        "--x=1",
+    ]
+    plan = subprocess.run(mine, capture_output=True, text=True)
+    assert (
+        "ray: 1 cell(s) each request 2 rank(s), 0 GPU(s), 6 CPU(s), partition gpu, --constraint=h100, --x=1"
+        in (plan.stdout)
+    ), plan.stdout
+    bad = write(tmp_path, "bad.yaml", {**grid(micro_model_dir), "cluster": {"nproc": 0}})
+    proc = subprocess.run([*base[:5], str(bad), "--plan"], capture_output=True, text=True)
+    assert (
+        proc.returncode == 2 and "cluster.nproc" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    )

@@ -79,6 +79,24 @@ class ReportOptions(BaseModel):
     baseline: str = "dpo"
 
 
+class ClusterOptions(BaseModel):
+    """How a grid's cells are laid out and what they ask a cluster for: the defaults of ``oxbench run``'s
+    ``--nproc``, ``--nnodes``, ``--zero-stage``, ``--gpus-per-rank``, ``--cpus-per-rank``, ``--partition``,
+    ``--account``, ``--qos`` and ``--sbatch`` (a flag given on the command line wins; ``sbatch`` lines add)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nproc: int | None = Field(None, ge=1)
+    nnodes: int | None = Field(None, ge=1)
+    zero_stage: Literal[0, 1, 2, 3] | None = None
+    gpus_per_rank: int | None = Field(None, ge=0)
+    cpus_per_rank: int | None = Field(None, ge=1)
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    sbatch: list[str] = Field(default_factory=list)
+
+
 class GridFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,6 +111,7 @@ class GridFile(BaseModel):
     methods: dict[str, dict[str, Any]] = Field(default_factory=dict)
     scales: dict[str, dict[str, Any]] = Field(default_factory=dict)
     report: ReportOptions = Field(default_factory=ReportOptions)
+    cluster: ClusterOptions = Field(default_factory=ClusterOptions)
 
     @field_validator("name")
     @classmethod
