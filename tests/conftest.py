@@ -64,7 +64,11 @@ HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12
     "tests/test_real_checkpoint.py": 36,  # one grid of 16 cells, shared by the module
     "tests/test_preemption.py::test_a_preempted_slurm_job": 34,
     "tests/test_rank_faults.py::test_a_rank_killed_inside_a_checkpoint_write": 29,
-    "tests/test_distributed.py": 60,  # one module fixture (2 launches) and the resumes (2 launches)
+    "tests/test_distributed.py": 75,  # two module fixtures: the runs (2 launches), the resumes (3)
+    "tests/test_multinode.py::test_a_cell_preempted_on_two_ranks": 55,  # its reference and 3 segments
+    "tests/test_multinode.py::test_a_two_node_cell_records_equal": 35,  # 4 cells, 2 as 2 nodes
+    "tests/test_multinode.py::test_a_lost_node": 30,
+    "tests/test_multinode.py::test_a_cell_spans_two_ray_nodes": 25,
     "tests/test_executors.py::test_executor_runs_every_cell": 19,  # each of local, Ray, Slurm
     "tests/test_losscheck.py::test_the_readme_walkthrough": 21,
     "tests/test_executors.py::test_a_full_disk_mid_grid": 20,

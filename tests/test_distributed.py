@@ -166,30 +166,42 @@ def test_deepspeed_builds_no_shm_op(tmp_path):
 RESUMED = [("dpo", 0), ("sgrpo", 0), ("dpo", 3)]
 
 
-def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir):
-    """Two ranks, pre-empted after step 2 of 4 (the flag raised on rank 0 only: the ranks agree through
-    the collective check) and resumed from the checkpoint (under ZeRO-3 each rank's own optimiser and
-    master-weight partition) in a fresh launch: the weights are bitwise those of the run that was never
-    stopped. For dpo and sgrpo at ZeRO-0 and dpo at ZeRO-3; the runs before the stop share one launch,
-    the resumed runs another."""
-    first, resumed = [], []
-    for method, zero in RESUMED:
-        d = tmp_path / f"{method}-z{zero}"
+@pytest.fixture(scope="module")
+def resumes(tmp_path_factory, micro_model_dir) -> dict:
+    """Every resumed run of this module in three launches: 2 ranks (the never-stopped runs and the first
+    segments, pre-empted), 1 rank (the moved run's middle segment), 2 ranks (the resumed runs)."""
+    tmp = tmp_path_factory.mktemp("resumes")
+    first, middle, last = [], [], []
+    for method, zero in RESUMED:  # the same layout: stopped after step 2, resumed on 2 ranks
+        d = tmp / f"{method}-z{zero}"
         (d / "whole").mkdir(parents=True)
         ckpt = {"CKPT_DIR": str(d / "ckpt")}
-        first += [
-            job(method, zero, 2, 1, 4, where=d / "whole"),
-            job(method, zero, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "2"}),
-        ]
-        resumed.append(job(method, zero, 2, 1, 4, where=d, env=ckpt))
+        first += [job(method, zero, 2, 1, 4, where=d / "whole"),
+                  job(method, zero, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "2"})]  # fmt: skip
+        last.append(job(method, zero, 2, 1, 4, where=d, env=ckpt))
+    d = tmp / "moved"  # 2 ranks ZeRO-3 to step 1, 1 rank ZeRO-0 to step 3, 2 ranks ZeRO-3 to the end
+    (d / "whole").mkdir(parents=True)
+    ckpt = {"CKPT_DIR": str(d / "ckpt")}
+    first += [
+        job("dpo", 3, 2, 1, 4, where=d / "whole"),
+        job("dpo", 3, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "1"}),
+    ]
+    middle.append(job("dpo", 0, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "3"}))
+    last.append(job("dpo", 3, 2, 1, 4, where=d, env=ckpt))
     outs = run_jobs(micro_model_dir, first, nproc=2, expect_rc=1)  # a pre-empted run: code 4 from its ranks
-    again = run_jobs(micro_model_dir, resumed, nproc=2)
+    between = run_jobs(micro_model_dir, middle, expect_rc=4)
+    again = run_jobs(micro_model_dir, last, nproc=2)
+    return {"tmp": tmp, "first": outs, "middle": between, "last": again}
+
+
+def test_resume_at_world_size_2_is_bitwise(resumes):
+    """Two ranks, pre-empted after step 2 of 4 (the flag raised on rank 0 only: the ranks agree through
+    the collective check) and resumed from the checkpoint in a fresh launch: the weights are bitwise those
+    of the run that was never stopped. For dpo and sgrpo at ZeRO-0 and dpo at ZeRO-3."""
+    outs, again = resumes["first"], resumes["last"]
     for i, (method, zero) in enumerate(RESUMED):
-        whole, stopped, saved = (
-            outs[2 * i],
-            outs[2 * i + 1],
-            tmp_path / f"{method}-z{zero}" / "ckpt" / "checkpoints",
-        )
+        whole, stopped = outs[2 * i], outs[2 * i + 1]
+        saved = resumes["tmp"] / f"{method}-z{zero}" / "ckpt" / "checkpoints"
         assert stopped is None, (method, zero)  # it saved nothing: pre-empted
         assert sorted(p.name for p in (saved / "step-00000002").iterdir()) == [
             "engine0.safetensors", "engine1.safetensors", "manifest.json",
@@ -199,22 +211,14 @@ def test_resume_at_world_size_2_is_bitwise(tmp_path, micro_model_dir):
         assert_same_params(whole["params"], again[i]["params"], atol=0)
 
 
-def test_resume_across_world_sizes_and_zero_stages(tmp_path, micro_model_dir):
+def test_resume_across_world_sizes_and_zero_stages(resumes):
     """A run written at 2 ranks under ZeRO-3, pre-empted after step 1 of 4, resumes on 1 rank without
     ZeRO (2 micro-batches per step: the global batch kept), is pre-empted again after step 3 and ends on
     2 ranks under ZeRO-3. Its weights, AdamW moments and step, and the examples of every step equal the
     run that was never stopped (the reduction order changes with the ranks: float tolerance)."""
-    d = tmp_path / "moved"
-    (d / "whole").mkdir(parents=True)
-    ckpt = {"CKPT_DIR": str(d / "ckpt")}
-    whole, stopped = run_jobs(micro_model_dir, [job("dpo", 3, 2, 1, 4, where=d / "whole"),
-                                                job("dpo", 3, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "1"})],
-                              nproc=2, expect_rc=1)  # fmt: skip
-    assert stopped is None
-    (middle,) = run_jobs(micro_model_dir, [job("dpo", 0, 2, 1, 4, where=d, env={**ckpt, "STOP_AT": "3"})],
-                         expect_rc=4)  # fmt: skip
-    assert middle is None
-    (end,) = run_jobs(micro_model_dir, [job("dpo", 3, 2, 1, 4, where=d, env=ckpt)], nproc=2)
+    whole, stopped = resumes["first"][-2:]
+    assert stopped is None and resumes["middle"] == [None]
+    end = resumes["last"][-1]
     assert end["resumed_from"] == 3 and end["steps"] == whole["steps"] == 4
     assert end["order"] == whole["order"]  # no example seen twice or skipped
     assert end["adam_step"] == whole["adam_step"] == 4
