@@ -314,6 +314,8 @@ def _check_methods(grid: GridFile, where: str) -> None:
     known = set(losses.names())
     methods = grid.axes.get("method", [grid.base.get("method", "sft")])
     for m in list(methods) + list(grid.methods):
+        if not isinstance(m, str):  # a block or a number where a method's name goes (found by the fuzz pass)
+            raise GridError(f"{where}: method: must be a method's name, got {m!r}"[:300])
         if m not in known:
             close = difflib.get_close_matches(str(m), sorted(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
