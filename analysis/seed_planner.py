@@ -282,23 +282,15 @@ def plan_text(
     m = comparisons
     lines = [f"Welch's two-sided t-test, unit of replication: seeds; α = {alpha:g} split by Bonferroni; "
              f"difference to detect δ = {100 * delta:g} points; power {power:g}."]  # fmt: skip
+    df = None
     if sd:
         a, b = float(sd[0]), float(sd[-1])
         n = required_seeds(delta, a, b, alpha=alpha, power=power, m=m)
         lines.append(f"σ = {100 * a:g} and {100 * b:g} points, m = {m}: {n} seeds per arm "
                      f"(power there {welch_power(delta, a, b, n, n, alpha / m):.3f}).")  # fmt: skip
     else:
-        if directory is None:
-            raise ValueError("give a results directory with pilot seeds, or --sd")
-        from analysis.runs import load_runs
-
-        df = load_runs(directory)
-        table = plan(df, baseline, delta, metric=metric, alpha=alpha, power=power, sd_quantile=sd_quantile)
-        if table.empty:
-            raise ValueError(f"{directory}: no arm beside a baseline {baseline!r} with {metric!r}")
-        m = int(table["m"].max())
-        lines += ["", "Fixed design, from the pilot seeds (σ in points; n_for_delta / n_for_observed: seeds per arm):",
-                  _fmt_table(table, ("sd", "sd_baseline", "observed"))]  # fmt: skip
+        df, m, fixed = _pilot_plan(directory, baseline, delta, metric, alpha, power, sd_quantile)
+        lines += fixed
     bounds = sequential_boundaries(looks, alpha / m, spending)
     lines += ["", f"Sequential design ({spending} spending of α/m = {alpha / m:.3g} per pair over looks at "
               f"{', '.join(map(str, bounds['n']))} seeds per arm; a pair that crosses stops getting seeds):",
@@ -315,6 +307,23 @@ def plan_text(
             dec.to_string(index=False, float_format=lambda v: f"{v:.3g}"),
         ]
     return "\n".join(lines)
+
+
+def _pilot_plan(directory: str | None, baseline: str, delta: float, metric: str, alpha: float, power: float,
+                sd_quantile: float | None) -> tuple[pd.DataFrame, int, list[str]]:  # fmt: skip
+    """The pilot records under ``directory``, the number of comparisons m they hold, and the fixed design's
+    lines: the seeds per arm each pair needs (ValueError where there are none to plan from)."""
+    if directory is None:
+        raise ValueError("give a results directory with pilot seeds, or --sd")
+    from analysis.runs import load_runs
+
+    df = load_runs(directory)
+    table = plan(df, baseline, delta, metric=metric, alpha=alpha, power=power, sd_quantile=sd_quantile)
+    if table.empty:
+        raise ValueError(f"{directory}: no arm beside a baseline {baseline!r} with {metric!r}")
+    lines = ["", "Fixed design, from the pilot seeds (σ in points; n_for_delta / n_for_observed: seeds per arm):",
+             _fmt_table(table, ("sd", "sd_baseline", "observed"))]  # fmt: skip
+    return df, int(table["m"].max()), lines
 
 
 def _fmt_table(table: pd.DataFrame, points: Sequence[str]) -> str:

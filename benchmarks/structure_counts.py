@@ -17,16 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("oxbench", "oxbench_cli", "losses", "analysis")
 
 
-def long_functions(limit: int = 60) -> list[str]:
-    """``path:line name (length)`` of every function longer than ``limit`` lines."""
+def long_functions(limit: int = 60, root: Path = ROOT) -> list[str]:
+    """``path:line name (length)`` of every function longer than ``limit`` lines under ``root``."""
     out = []
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in sorted((root / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     n = node.end_lineno - node.lineno + 1
                     if n > limit:
-                        out.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n})")
+                        out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({n})")
     return out
 
 
@@ -38,6 +38,27 @@ def grep(pattern: str, package: str = "oxbench") -> list[str]:
             if re.search(pattern, line) and not line.lstrip().startswith("#"):
                 hits.append(f"{path.relative_to(ROOT)}:{i}")
     return hits
+
+
+def fmt_skips() -> list[str]:
+    """``path:line`` of every line that keeps the formatter off (``# fmt: skip``)."""
+    return [hit for package in PACKAGES for hit in grep(r"#\s*fmt:\s*skip", package)]
+
+
+def long_functions_formatted(limit: int = 60) -> list[str]:
+    """:func:`long_functions` of a copy of the packages with every ``# fmt: skip`` removed and ``ruff
+    format`` run over it: the lengths as the formatter lays the code out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for package in PACKAGES:
+            for path in (ROOT / package).rglob("*.py"):
+                dest = Path(tmp) / path.relative_to(ROOT)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(re.sub(r"[ \t]*#[ \t]*fmt:[ \t]*skip.*$", "", path.read_text(encoding="utf-8"), flags=re.M))
+        ruff = subprocess.run(["ruff", "format", "--config", str(ROOT / "pyproject.toml"), tmp], capture_output=True,
+                              text=True)  # fmt: skip
+        if ruff.returncode:
+            raise RuntimeError(f"ruff format failed on the copy: {ruff.stderr.strip()[:500]}")
+        return long_functions(limit, Path(tmp))
 
 
 def duplicate_pairs() -> str:
@@ -59,6 +80,9 @@ def duplicate_pairs() -> str:
 def main() -> None:
     long = long_functions()
     print(f"functions over 60 lines: {len(long)}", *long, sep="\n  ")
+    formatted = long_functions_formatted()
+    print(f"functions over 60 lines once formatted (no fmt: skip): {len(formatted)}", *formatted, sep="\n  ")
+    print(f"lines with '# fmt: skip': {len(fmt_skips())}")
     print(f"modules at oxbench/'s root (with __init__): {len(list((ROOT / 'oxbench').glob('*.py')))}")
     calls = grep(r"losses\.get\(")
     print(f"losses.get call sites in oxbench/: {len(calls)}", *calls, sep="\n  ")

@@ -14,6 +14,7 @@ import signal
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -259,51 +260,59 @@ def summary_table(records: list[dict], title: str) -> Table:
     return t
 
 
+_OPT = typer.Option  # the run command's options, one line each below
+RUN_HELP = {
+    "out": "Where run records go: OUT/<grid>/<run_id>/. The default, runs/, is git-ignored; committed studies "
+    "are written with --out results.",
+    "nproc": "Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks. Default 1.",
+    "nnodes": "Nodes per cell: --nproc ranks on each, joined by c10d. Default 1.",
+    "zero": "Run the cells at this ZeRO stage (0-3) instead of train.zero_stage.",
+    "fresh": "local: a fresh process per cell instead of warm workers that import once.",
+    "rerun": "Train finished cells again (each old record kept as run.replaced.json).",
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a grid's cells run: where, how many at once, laid out how, asking for what."""
+
+    executor: str
+    workers: int
+    nproc: int
+    nnodes: int
+    resources: object  # oxbench.grid.clusters.Resources
+    ray_address: str | None = None
+    slurm_cluster: str | None = None
+    warm: bool = True
+
+
 @app.command()
 def run(
-    grid: Path | None = typer.Option(None, "--grid", help="A grid recipe (recipes/*.yaml)."),
-    config: Path | None = typer.Option(None, "--config", help="A single-cell RunConfig YAML/JSON."),
-    out: Path = typer.Option(
-        Path("runs"),
-        "--out",
-        help="Where run records go: OUT/<grid>/<run_id>/. The default, runs/, is git-ignored; "
-        "committed studies are written with --out results.",
-    ),
-    plan: bool = typer.Option(False, "--plan", help="Print the cells and their status; run nothing."),
-    executor: str = typer.Option("local", "--executor", help="local | ray | slurm"),
-    workers: int = typer.Option(1, "--workers", help="Cells run at once (local, ray)."),
-    nproc: int | None = typer.Option(
-        None, "--nproc", help="Processes per cell (torchrun), e.g. 2 for ZeRO across 2 ranks. Default 1."
-    ),
-    nnodes: int | None = typer.Option(
-        None, "--nnodes", help="Nodes per cell: --nproc ranks on each, joined by c10d. Default 1."
-    ),
-    zero: int | None = typer.Option(
-        None, "--zero-stage", help="Run the cells at this ZeRO stage (0-3) instead of train.zero_stage."
-    ),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="An existing Ray cluster."),
-    slurm_cluster: str | None = typer.Option(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
-    plugin: list[str] = typer.Option([], "--plugin", help="Import a module that defines LossSpecs."),
-    fresh: bool = typer.Option(
-        False, "--fresh", help="local: a fresh process per cell instead of warm workers that import once."
-    ),
-    rerun: bool = typer.Option(
-        False, "--rerun", help="Train finished cells again (each old record kept as run.replaced.json)."
-    ),
-    gpus_per_rank: int | None = typer.Option(
-        None, "--gpus-per-rank", help="ray, slurm: GPUs each rank asks for (default 0)."
-    ),
-    cpus_per_rank: int | None = typer.Option(
-        None, "--cpus-per-rank", help="ray, slurm: CPUs each rank asks for (default 1)."
-    ),
-    partition: str | None = typer.Option(None, "--partition", help="slurm: the partition."),
-    account: str | None = typer.Option(None, "--account", help="slurm: the account."),
-    qos: str | None = typer.Option(None, "--qos", help="slurm: the QOS."),
-    sbatch: list[str] = typer.Option([], "--sbatch", help="slurm: one more #SBATCH option (--key=value)."),
+    grid: Path | None = _OPT(None, "--grid", help="A grid recipe (recipes/*.yaml)."),
+    config: Path | None = _OPT(None, "--config", help="A single-cell RunConfig YAML/JSON."),
+    out: Path = _OPT(Path("runs"), "--out", help=RUN_HELP["out"]),
+    plan: bool = _OPT(False, "--plan", help="Print the cells and their status; run nothing."),
+    executor: str = _OPT("local", "--executor", help="local | ray | slurm"),
+    workers: int = _OPT(1, "--workers", help="Cells run at once (local, ray)."),
+    nproc: int | None = _OPT(None, "--nproc", help=RUN_HELP["nproc"]),
+    nnodes: int | None = _OPT(None, "--nnodes", help=RUN_HELP["nnodes"]),
+    zero: int | None = _OPT(None, "--zero-stage", help=RUN_HELP["zero"]),
+    ray_address: str | None = _OPT(None, "--ray-address", help="An existing Ray cluster."),
+    slurm_cluster: str | None = _OPT(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
+    plugin: list[str] = _OPT([], "--plugin", help="Import a module that defines LossSpecs."),
+    fresh: bool = _OPT(False, "--fresh", help=RUN_HELP["fresh"]),
+    rerun: bool = _OPT(False, "--rerun", help=RUN_HELP["rerun"]),
+    gpus_per_rank: int | None = _OPT(None, "--gpus-per-rank", help="ray, slurm: GPUs per rank (default 0)."),
+    cpus_per_rank: int | None = _OPT(None, "--cpus-per-rank", help="ray, slurm: CPUs per rank (default 1)."),
+    partition: str | None = _OPT(None, "--partition", help="slurm: the partition."),
+    account: str | None = _OPT(None, "--account", help="slurm: the account."),
+    qos: str | None = _OPT(None, "--qos", help="slurm: the QOS."),
+    sbatch: list[str] = _OPT([], "--sbatch", help="slurm: one more #SBATCH option (--key=value)."),
 ):
     """Run a grid (cells in warm worker processes, one cell at a time each) or a single cell (in this process)."""
-    given = {"nproc": nproc, "nnodes": nnodes, "zero_stage": zero, "gpus_per_rank": gpus_per_rank,
-             "cpus_per_rank": cpus_per_rank, "partition": partition, "account": account, "qos": qos}  # fmt: skip
+    layout = {"nproc": nproc, "nnodes": nnodes, "zero_stage": zero}
+    asks = {"gpus_per_rank": gpus_per_rank, "cpus_per_rank": cpus_per_rank}
+    given = {**layout, **asks, "partition": partition, "account": account, "qos": qos}
     _check_run_options(executor, workers, out, given)
     _load_plugins(plugin)
     if (grid is None) == (config is None):
@@ -312,20 +321,31 @@ def run(
         _cluster(ClusterOptions(), given, sbatch)  # its --zero-stage (it runs here: no ranks, no requests)
         _run_single(config, out, plan, rerun)
         return
+    g, cells = _grid_cells(grid, out, plan)
+    nproc, nnodes, resources = _cluster(g.cluster, given, sbatch)
+    launch = Launch(executor, workers, nproc, nnodes, resources, ray_address, slurm_cluster, not fresh)
+    _run_grid(g, cells, out, launch, plan, rerun)
+
+
+def _grid_cells(grid: Path, out: Path, plan: bool):
+    """The grid file and its cells; a plan too large to list is summarised here and the command ends."""
     try:
         g = load_grid(grid)
         if plan and grid_size(g) > PLAN_LIST_MAX:  # a summary: building each cell would take minutes
             _print_large_plan(g, str(grid), out)
-            return
-        cells = expand(g, str(grid))
+            raise typer.Exit(0)
+        return g, expand(g, str(grid))
     except GridError as exc:
         fail(str(exc))
-    nproc, nnodes, resources = _cluster(g.cluster, given, sbatch)
+
+
+def _run_grid(g, cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> None:
+    """The plan, then (unless ``plan``) every cell not finished, then the summary and the report."""
     if not plan:
         _check_out_writable(out)
     print_plan(cells, out)
-    if executor != "local":
-        _print_requests(cells, nproc, resources, executor, nnodes)
+    if launch.executor != "local":
+        _print_requests(cells, launch.nproc, launch.resources, launch.executor, launch.nnodes)
     _warn_missing_trackers(cells)
     if plan:
         return
@@ -334,9 +354,7 @@ def run(
     todo = [c for c in cells if _status(c, out) != "finished"]
     with _stoppable() as stop:
         try:
-            records = _execute(
-                todo, out, executor, workers, nproc, ray_address, slurm_cluster, not fresh, resources, nnodes
-            )
+            records = _execute(todo, out, launch)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
             _report_stopped(todo, out, stop.get("signal", "SIGINT"))
     _grid_summary(g.name, cells, records, out, g.report)
@@ -487,78 +505,54 @@ def _print_requests(cells, nproc: int, resources, executor: str, nnodes: int = 1
         out_console.print(f"{executor}: {n} cell(s) each request {line}", highlight=False)
 
 
-def _execute(todo, out, executor, workers, nproc, ray_address, slurm_cluster, warm=True, resources=None,
-             nnodes=1):  # fmt: skip
+def _execute(todo, out: Path, launch: Launch) -> list[dict]:
+    """Run ``todo`` with ``launch``'s executor, a progress bar and one line per cell as it ends."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from oxbench.grid import clusters, executors
+    count = TextColumn("{task.completed}/{task.total}")
+    eta = (TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), count, *eta)
+    with Progress(*columns, console=err_console) as bar:
+        task, t0 = bar.add_task("cells", total=len(todo)), time.monotonic()
+        return _dispatch(
+            todo, out, launch, bar, lambda cfg, rec: _cell_line(bar, task, t0, len(todo), cfg, rec)
+        )
+
+
+def _cell_line(bar, task, t0: float, total: int, cfg, rec: dict) -> None:
+    """A cell has ended: the bar moves and one line says how (its accuracy, or its error)."""
     from oxbench.utils import progress_status
 
-    t0 = time.monotonic()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err_console,
-    ) as bar:
-        task = bar.add_task("cells", total=len(todo))
+    accuracy = (rec.get("metrics") or {}).get("accuracy")
+    ok = rec.get("status") == "finished" and accuracy is not None
+    mark = f"accuracy {100 * accuracy:.1f}%" if ok else rec.get("error")
+    bar.advance(task)
+    where = progress_status(int(bar.tasks[0].completed), total, time.monotonic() - t0)
+    bar.console.print(literal(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where}]"))
 
-        def on_done(cfg, rec):
-            accuracy = (rec.get("metrics") or {}).get("accuracy")
-            mark = (
-                f"accuracy {100 * accuracy:.1f}%"
-                if rec.get("status") == "finished" and accuracy is not None
-                else rec.get("error")
-            )
-            bar.advance(task)
-            done = int(bar.tasks[0].completed)
-            where = progress_status(done, len(todo), time.monotonic() - t0)
-            bar.console.print(literal(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where}]"))
 
-        if executor == "local":
+def _dispatch(todo, out: Path, launch: Launch, bar, on_done) -> list[dict]:
+    """The executor's run over ``todo``: the local pool (its preparations said on the bar), Ray or Slurm."""
+    from oxbench.grid import clusters, executors
 
-            def on_prepared(cfg, seconds, err):
-                from oxbench.grid.shared import shared_label
+    layout = {"nproc": launch.nproc, "nnodes": launch.nnodes}
+    if launch.executor == "ray":
+        where = {"workers": launch.workers, "address": launch.ray_address}
+        return clusters.run_ray(todo, out, resources=launch.resources, on_done=on_done, **where, **layout)
+    if launch.executor == "slurm":
+        where = {"cluster": launch.slurm_cluster, "resources": launch.resources}
+        return clusters.run_slurm(todo, out, on_done=on_done, **where, **layout)
 
-                if err:  # the cells that need it fail with the full error; keep going
-                    bar.console.print(tagged("warning", "yellow", err))
-                else:
-                    bar.console.print(f"prepared {shared_label(cfg)} in {seconds:.0f} s", highlight=False)
+    def on_prepared(cfg, seconds, err):
+        from oxbench.grid.shared import shared_label
 
-            return executors.run_local(
-                todo,
-                out,
-                workers=workers,
-                nproc=nproc,
-                on_done=on_done,
-                on_prepared=on_prepared,
-                warm=warm,
-                nnodes=nnodes,
-            )
-        if executor == "ray":
-            return clusters.run_ray(
-                todo,
-                out,
-                workers=workers,
-                nproc=nproc,
-                nnodes=nnodes,
-                address=ray_address,
-                resources=resources,
-                on_done=on_done,
-            )
-        if executor == "slurm":
-            return clusters.run_slurm(
-                todo,
-                out,
-                nproc=nproc,
-                nnodes=nnodes,
-                cluster=slurm_cluster,
-                resources=resources,
-                on_done=on_done,
-            )
+        if err:  # the cells that need it fail with the full error; keep going
+            bar.console.print(tagged("warning", "yellow", err))
+        else:
+            bar.console.print(f"prepared {shared_label(cfg)} in {seconds:.0f} s", highlight=False)
+
+    pool = {"workers": launch.workers, "warm": launch.warm, "on_prepared": on_prepared}
+    return executors.run_local(todo, out, on_done=on_done, **pool, **layout)
 
 
 def _run_single(config: Path, out: Path, plan: bool, rerun: bool) -> None:

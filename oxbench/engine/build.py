@@ -81,6 +81,28 @@ def fast_paths(online, spec: LossSpec, lm) -> dict:
     return {"online.backend": decode.backend_for(online.backend, lm), "online.share_prompt": share}
 
 
+def _online_learner(cfg: RunConfig, spec: LossSpec, hparams: dict, engine, tokenizer, live_ref, worker,
+                    micro: int, paths: dict, run: str) -> Learner:  # fmt: skip
+    """The online learner: ``micro`` rollout micro-batches a step, the rollout worker's length limits, the
+    importance-weight diagnostics and ESS learning rate of ``online``, and the forward ``paths`` took."""
+    o = cfg.online
+    return Learner(spec=spec, hparams=hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
+                   max_len=worker.max_len, max_new_tokens=o.max_new_tokens, micro_batches=micro, run=run,
+                   diagnostic_is_cap=o.diagnostic_is_cap, ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base,
+                   share_prompt=paths["online.share_prompt"])  # fmt: skip
+
+
+def _online_source(cfg: RunConfig, spec: LossSpec, prompts: list[dict], worker, engine, paths: dict, live_ref,
+                   reward_fn):  # fmt: skip
+    """The rounds' source (``online.source``): rollouts of ``prompts`` by ``worker`` with the engine's
+    weights, graded by ``reward_fn``, seeded by the run's sampling and data seeds."""
+    seeds = cfg.seeds()
+    rounds = Rounds(online=cfg.online, prompts=prompts, worker=worker, weights=lambda: policy_weights(engine),
+                    reward_fn=reward_fn, sampling_seed=seeds["sampling"], data_seed=seeds["data"])  # fmt: skip
+    return make_source(rounds, backend=paths["online.backend"], live_ref=live_ref,
+                       per_iteration=rounds_per_iteration(spec, len(prompts), cfg))  # fmt: skip
+
+
 def rounds_per_iteration(spec: LossSpec, n_prompts: int, cfg: RunConfig) -> int | None:
     """For ``pairs_from_iterate`` (SPIN): rounds in one iteration, ``online.pair_refresh_every``
     passes over the prompts; None for every other method."""
@@ -114,14 +136,8 @@ def train_online(cfg: RunConfig, spec: LossSpec, hparams: dict, model, tokenizer
     backend = "hf" if o.source == "async" else paths["online.backend"]
     worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o), backend=backend)
     engine = build_engine(model, cfg, o.rounds * o.inner_epochs, grad_accum=micro)
-    learner = Learner(spec=spec, hparams=hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
-                      max_len=worker.max_len, max_new_tokens=o.max_new_tokens, micro_batches=micro, run=run,
-                      diagnostic_is_cap=o.diagnostic_is_cap, ess_lr=o.ess_lr, ess_lr_base=o.ess_lr_base,
-                      share_prompt=paths["online.share_prompt"])  # fmt: skip
-    rounds = Rounds(online=o, prompts=prompts, worker=worker, weights=lambda: policy_weights(engine),
-                    reward_fn=reward_fn, sampling_seed=seeds["sampling"], data_seed=seeds["data"])  # fmt: skip
-    source = make_source(rounds, backend=paths["online.backend"], live_ref=live_ref,
-                         per_iteration=rounds_per_iteration(spec, len(prompts), cfg))  # fmt: skip
+    learner = _online_learner(cfg, spec, hparams, engine, tokenizer, live_ref, worker, micro, paths, run)
+    source = _online_source(cfg, spec, prompts, worker, engine, paths, live_ref, reward_fn)
     detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
     loop = Loop(learner, source, run, log_every=cfg.train.log_every, logger=logger, detector=detector,
                 curve=curve, ckpt=ckpt, start=start)  # fmt: skip
