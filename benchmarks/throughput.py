@@ -163,6 +163,7 @@ def oxbench_online(backend: str | None, share_prompt: bool = False):
         from oxbench.config import RunConfig
         from oxbench.engine import build as tr
         from oxbench.engine import distributed as D
+        from oxbench.engine.plan import plan_of
 
         D.init_distributed()
         cfg = RunConfig(
@@ -179,7 +180,7 @@ def oxbench_online(backend: str | None, share_prompt: bool = False):
             model={"dtype": "bf16" if on_gpu() else "fp32"},
         )
         spec = losses.get("sgrpo")
-        _, res = tr.train_online(cfg, spec, spec.resolve_hparams(), model, tok, problems(256), run="bench")
+        _, res = tr.train(plan_of(cfg, spec, spec.resolve_hparams()), model, tok, problems(256))
         return step_times([0.0] + [row["elapsed"] for row in res.history])
 
     return run
@@ -272,6 +273,7 @@ def oxbench_offline(model, tok, steps: int) -> list[float]:
     from oxbench.config import RunConfig
     from oxbench.engine import build as tr
     from oxbench.engine import distributed as D
+    from oxbench.engine.plan import plan_of
 
     D.init_distributed()
     cfg = RunConfig(
@@ -287,7 +289,7 @@ def oxbench_offline(model, tok, steps: int) -> list[float]:
     )
     spec = losses.get("dpo")
     rows = pair_rows(DPO_BATCH * (steps + 1))
-    _, res = tr.train_offline(cfg, spec, spec.resolve_hparams(), model, tok, rows, run="bench")
+    _, res = tr.train(plan_of(cfg, spec, spec.resolve_hparams()), model, tok, rows)
     return step_times([0.0] + [row["elapsed"] for row in res.history])
 
 

@@ -194,8 +194,8 @@ def rule_capabilities(spec: LossSpec) -> str | None:
 def rule_trains(spec: LossSpec) -> str | None:
     from oxbench.config import RunConfig
     from oxbench.engine import distributed as D
-    from oxbench.engine.build import train_offline, train_online
-    from oxbench.engine.plan import Capabilities
+    from oxbench.engine.build import train
+    from oxbench.engine.plan import plan_of
     from oxbench.models.tiny import build_tiny
     from oxbench.models.tokenizer import build_char_tokenizer
     from oxbench.tasks import arith
@@ -209,12 +209,10 @@ def rule_trains(spec: LossSpec) -> str | None:
                     online={"n": 4, "prompts_per_batch": 2, "rounds": 3, "max_new_tokens": 12})  # fmt: skip
     before = [p.detach().clone() for p in model.parameters()]
     probs = arith.generate("train", 16, seed=0, max_operand=9)
-    if Capabilities.of(spec, spec.resolve_hparams()).online:
-        engine, res = train_online(cfg, spec, spec.resolve_hparams(), model, tok, probs, run=spec.name,
-                                   reward_fn=lambda completion, answer: float(len(completion) % 2))  # fmt: skip
-    else:
-        rows = _offline_rows(spec, probs)
-        engine, res = train_offline(cfg, spec, spec.resolve_hparams(), model, tok, rows, run=spec.name)
+    plan = plan_of(cfg, spec, spec.resolve_hparams(), D.world_size())
+    parity = {"reward_fn": lambda completion, answer: float(len(completion) % 2)}
+    data = probs if plan.caps.online else _offline_rows(spec, probs)
+    engine, res = train(plan, model, tok, data, **(parity if plan.caps.online else {}))
     logged = [h["loss"] for h in res.history if "loss" in h]
     if not logged or not all(math.isfinite(x) for x in logged):
         return f"three trainer steps logged losses {logged}"

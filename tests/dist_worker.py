@@ -24,13 +24,12 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_offline, train_online
 
 import losses
 from oxbench.engine import checkpoint as C
 from oxbench.engine import distributed as D
 from oxbench.engine import universal as U
-from oxbench.engine.build import train_offline, train_online
 from oxbench.engine.model import full_state_dict
 from oxbench.models.loading import load_model
 

@@ -28,6 +28,7 @@ from oxbench.engine import distributed as D
 from oxbench.engine import learner as learner_mod
 from oxbench.engine import model as tr
 from oxbench.engine.learner import Learner
+from oxbench.engine.plan import plan_of
 from oxbench.engine.rollout import RolloutWorker
 from oxbench.models.loading import load_model
 
@@ -70,7 +71,7 @@ def run_method(model_dir: str, method: str, per_micro: int, share: bool) -> dict
     batch = fixed_batch(model, tok)
     per_rank = PROMPTS // ws
     mine = batch[rk * per_rank * N : (rk + 1) * per_rank * N]
-    model, _, live_ref = tr.online_policy(spec, hparams, model, 0)
+    model, _, live_ref = tr.online_policy(plan_of(cfg, spec, hparams, ws), model)
     micro = micro_batches_per_rank(PROMPTS, per_micro, ws, method)
     engine = tr.build_engine(model, cfg, 2, grad_accum=micro)
     learner = Learner(spec, hparams, engine, tok, live_ref, 128, 12, micro, method, share_prompt=share)

@@ -6,13 +6,12 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import cfg_for, rows_for
+from helpers import cfg_for, rows_for, train_online
 from pydantic import ValidationError
 
 import losses
 from oxbench.config import CollapseConfig, RunConfig
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train_online
 from oxbench.engine.collapse import CollapseDetector
 from oxbench.models.loading import load_model
 

@@ -6,13 +6,12 @@ import math
 
 import pytest
 import torch
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_online
 
 import losses
 from losses._online import corrected_ratio
 from losses.types import LossInputs
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train_online
 from oxbench.models.loading import load_model
 
 L = math.log

@@ -12,12 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 from device_audit import FAKE, VirtualCuda
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_offline, train_online
 
 import losses
 import oxbench.device as placement
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train_offline, train_online
 from oxbench.eval.evaluate import evaluate
 from oxbench.models.loading import load_model
 

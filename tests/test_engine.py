@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_offline, train_online
 
 import losses
 from oxbench.config import RunConfig  # noqa: F401
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train_offline, train_online
 from oxbench.models.loading import load_model
 
 BUILTINS = sorted(

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_online
 
 import losses
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine import ledger as L
-from oxbench.engine.build import train_online
 from oxbench.engine.memory import QWEN25
 from oxbench.grid.estimates import ledger_table
 from oxbench.models.loading import load_model

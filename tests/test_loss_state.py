@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import cfg_for, rows_for
+from helpers import cfg_for, rows_for, train_offline
 
 import losses
 from losses.dpo import dpo_loss
 from oxbench.engine import distributed as D
 from oxbench.engine import reference as ref_mod
-from oxbench.engine.build import train_offline
 from oxbench.models.loading import load_model
 
 SEEN: list[tuple[float, float]] = []

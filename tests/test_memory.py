@@ -169,7 +169,7 @@ def test_a_cell_that_runs_out_of_memory_records_the_one_line(micro_model_dir, tm
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(runner, "train_offline", oom)
+    monkeypatch.setattr(runner, "train", oom)
     cfg = RunConfig(grid="g", method="sft", model={"name": micro_model_dir}, data={"n_train": 8})
     rec = runner.run_cell(cfg, tmp_path, verbose=False)
     assert rec["status"] == "failed"
@@ -242,10 +242,9 @@ def _measured_and_estimated(scale: str, backend: str | None, dtype: str = "fp32"
     (``backend`` None) or GRPO with that rollout backend. Returns the measured peak of torch's CPU tensor
     memory (the weights loaded before it, plus the high-water mark of everything allocated while it ran:
     :func:`M.cpu_peak_bytes`) and the estimate without the CUDA context, for the padded width it trained."""
-    from helpers import length_parity_reward, rows_for
+    from helpers import length_parity_reward, rows_for, train_offline, train_online
 
     from oxbench.engine import distributed as D
-    from oxbench.engine.build import train_offline, train_online
     from oxbench.models.loading import load_model
 
     D.init_distributed()

@@ -7,6 +7,7 @@ and encoding the text again gives other tokens than the ones sampled.
 
 from __future__ import annotations
 
+import helpers
 import pytest
 import torch
 from helpers import cfg_for, length_parity_reward, rows_for
@@ -14,7 +15,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 import losses
-from oxbench.engine import build as tr
 from oxbench.engine import distributed as D
 from oxbench.engine import learner
 from oxbench.engine.rollout import Rollout, RolloutWorker, collate_rollouts
@@ -54,7 +54,7 @@ def run_online(method: str, *, temperature: float = 1.0, steps: int = 1, reward_
     cfg = cfg.model_copy(update={"online": online})
     spec = losses.get(method)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
-    engine, res = tr.train_online(
+    engine, res = helpers.train_online(
         cfg, spec, spec.resolve_hparams(), model, tok, rows_for("online", 8), run=method, reward_fn=reward_fn
     )
     return engine, res, tok, before

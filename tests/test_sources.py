@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_online
 from pydantic import ValidationError
 
 import losses
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train_online
 from oxbench.engine.model import full_state_dict
 from oxbench.models.loading import load_model
 

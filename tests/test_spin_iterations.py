@@ -8,6 +8,7 @@ synced the sampler to the current policy every round, so round 1 sampled from θ
 
 from __future__ import annotations
 
+import helpers
 from helpers import cfg_for, length_parity_reward, rows_for
 
 import losses
@@ -58,8 +59,8 @@ def test_spin_samples_each_iteration_from_the_frozen_iterate(monkeypatch, micro_
     model, tok = load_model(micro_model_dir, cfg, init_seed=0)
     initial = checksum(model.state_dict().values())
     prompts = rows_for("online", 4)
-    assert tr.rounds_per_iteration(spec, len(prompts), cfg) == 2
-    _, res = tr.train_online(
+    assert tr.rounds_per_iteration(_caps(spec), len(prompts), cfg) == 2
+    _, res = helpers.train_online(
         cfg, spec, spec.resolve_hparams(), model, tok, prompts, run="spin", reward_fn=length_parity_reward
     )
     assert res.optimizer_steps == 4
@@ -79,5 +80,11 @@ def test_pair_refresh_every_sets_the_iteration_length(micro_model_dir):
     cfg = cfg_for(micro_model_dir, "spin")
     for every, rounds in [(1, 3), (2, 6)]:
         c = cfg.model_copy(update={"online": cfg.online.model_copy(update={"pair_refresh_every": every})})
-        assert tr.rounds_per_iteration(spec, 5, c) == rounds  # ceil(5 prompts / 2 per round) x passes
-    assert tr.rounds_per_iteration(losses.get("online_dpo"), 5, cfg) is None
+        assert tr.rounds_per_iteration(_caps(spec), 5, c) == rounds  # ceil(5 prompts / 2 per round) x passes
+    assert tr.rounds_per_iteration(_caps(losses.get("online_dpo")), 5, cfg) is None
+
+
+def _caps(spec):
+    from oxbench.engine.plan import Capabilities
+
+    return Capabilities.of(spec, spec.resolve_hparams())

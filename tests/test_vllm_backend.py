@@ -9,13 +9,13 @@ import functools
 import importlib.util
 import os
 
+import helpers
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import losses
 from oxbench.config import RunConfig
-from oxbench.engine import build as tr
 from oxbench.engine import distributed as D
 from oxbench.engine.rollout import RolloutWorker, collate_rollouts
 from oxbench.engine.weight_stream import Route
@@ -142,7 +142,7 @@ def test_training_on_each_backend_learns(backend):
         online={"n": 8, "prompts_per_batch": 4, "rounds": 12, "max_new_tokens": 16, "backend": backend},
     )
     spec = losses.get("sgrpo")
-    _, res = tr.train_online(
+    _, res = helpers.train_online(
         cfg, spec, spec.resolve_hparams(), model, tok, ROWS, run=backend, reward_fn=digit_share
     )
     rewards = [row["reward_mean"] for row in res.history]

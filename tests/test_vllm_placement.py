@@ -8,13 +8,12 @@ import sys
 
 import pytest
 import torch
-from helpers import cfg_for, length_parity_reward, rows_for
+from helpers import cfg_for, length_parity_reward, rows_for, train_online
 
 import losses
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine import vllm_client as V
-from oxbench.engine.build import train_online
 from oxbench.engine.rollout import RolloutWorker, vllm_options
 from oxbench.models.loading import load_model
 

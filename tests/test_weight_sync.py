@@ -30,7 +30,7 @@ SLOW_GATHER = 0.25  # seconds each gather is made to take
 
 def _sgrpo(model_dir, **online):
     """Three rounds of sgrpo on the micro model with the given online settings; the metrics rows."""
-    from oxbench.engine.build import train_online
+    from helpers import train_online
 
     D.init_distributed()
     spec = losses.get("sgrpo")

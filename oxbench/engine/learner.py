@@ -33,6 +33,7 @@ from oxbench.engine import diagnostics as diag
 from oxbench.engine import distributed as D
 from oxbench.engine.batches import build_offline_inputs
 from oxbench.engine.model import policy_weights
+from oxbench.engine.plan import Capabilities
 from oxbench.engine.rollout import Rollout, collate_rollouts
 from oxbench.text.batching import encode_pair, forward, logps_from_output
 from oxbench.text.formatting import format_completion, format_prompt
@@ -133,9 +134,11 @@ class Learner:
     )
     diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
     _prev_grad: torch.Tensor | None = None  # the last step's gradient sketch (diagnostics.grad_sketch)
+    caps: Capabilities | None = None  # the run plan's (None: derived from the spec, as the plan does)
 
     def __post_init__(self):
         self.state = self.state or LossState(self.spec)
+        self.caps = self.caps or Capabilities.of(self.spec, self.hparams)
 
     def state_dict(self) -> dict:
         """What the learner carries across optimiser steps, for a checkpoint: the loss's state, the
@@ -173,11 +176,11 @@ class Learner:
         step at the last, the accumulation boundary)."""
         metrics, norm, spec = [], None, self.spec
         for i, chunk in enumerate(batch.examples):
-            inputs = build_offline_inputs(spec.data, self.engine, chunk, self.tokenizer.pad_token_id,
+            inputs = build_offline_inputs(self.caps.data, self.engine, chunk, self.tokenizer.pad_token_id,
                                           ref_cache=batch.reference, live_ref=self.live_ref,
-                                          needs_full_logits=spec.needs_full_logits)  # fmt: skip
+                                          needs_full_logits=self.caps.full_logits)  # fmt: skip
             if version == i == 0 and batch.reference is not None and self.check_reference:
-                check_reference_equal(inputs, spec.data, self.run)
+                check_reference_equal(inputs, self.caps.data, self.run)
             inputs.progress, inputs.state = progress, self.state.value
             out = spec.fn(inputs, **self.hparams)
             check_finite(out, self.run, version)
@@ -209,7 +212,7 @@ class Learner:
         size = len(experience) // self.micro_batches
         parts = [experience[m * size : (m + 1) * size] for m in range(self.micro_batches)]
         prep = Prepared(parts, version=version)
-        if self.spec.generates_own_pairs:
+        if self.caps.own_pairs:
             return prep
         pad = self.tokenizer.pad_token_id
         for part in parts:
@@ -217,7 +220,7 @@ class Learner:
             prep.batches.append((batch, old))
             ref = self.live_ref
             prep.ref.append(ref.logps(batch, share_prompt=self.share_prompt)[0] if ref is not None else None)
-            prep.old_values.append(self._values(batch) if self.spec.needs_value_model else None)
+            prep.old_values.append(self._values(batch) if self.caps.value_model else None)
         if self.split:
             prep.stats = self._batch_stats(prep)
         return prep
@@ -272,7 +275,7 @@ class Learner:
             out = self.spec.fn(inputs, **self.hparams)
             check_finite(out, self.run, version)
             self.engine.backward(out.loss * 0.0 if tied else out.loss)
-            if not self.spec.generates_own_pairs:
+            if not self.caps.own_pairs:
                 # π_old/μ on every pass, as VCPO: the weights consuming the batch (its first pass) vs behaviour
                 prox = inputs.prox_token_logps if inputs.prox_token_logps is not None else inputs.token_logps
                 sums.append(
@@ -318,7 +321,7 @@ class Learner:
     def _diagnose(self, sums: list[dict], prep: Prepared, version: int) -> dict:
         """The batch's off-policy diagnostics (:mod:`oxbench.engine.diagnostics`), gathered over ranks,
         and the cosine of this step's gradient with the previous one's (ZeRO-0, where it is whole)."""
-        if self.spec.generates_own_pairs:
+        if self.caps.own_pairs:
             return {}
         lags = [version - r.policy_version for part in prep.parts for r in part]
         ranks = D.all_gather_objects({"sums": sums, "lags": lags})
@@ -332,7 +335,7 @@ class Learner:
 
     def _inputs(self, prep: Prepared, m: int, version: int) -> tuple[LossInputs, dict, bool]:
         """(LossInputs, diagnostics, tied) for micro-batch ``m``."""
-        if self.spec.generates_own_pairs:
+        if self.caps.own_pairs:
             inputs, tied = pair_inputs(
                 self.spec, self.engine, self.live_ref, prep.parts[m], self.tokenizer, self.max_len
             )
@@ -361,7 +364,7 @@ class Learner:
         if self.spec.uses_entropy(self.hparams):
             logp_all = logits.float().log_softmax(-1)
             inputs.token_entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
-        if self.spec.needs_value_model:
+        if self.caps.value_model:
             inputs.values = out["value"][:, :-1] * mask
             inputs.old_values = prep.old_values[m]
         return inputs, {"entropy": token_entropy(logits, mask)}, False

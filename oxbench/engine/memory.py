@@ -321,7 +321,7 @@ def check_run(plan, model, *, run: str) -> MemoryEstimate | None:
         return None
     online = plan.caps.online
     shape = ModelShape.from_config(getattr(model, "lm", model).config)
-    setup = setup_for_run(plan.cfg, shape.vocab, online=online, pairs=plan.spec.data == "pairs",
+    setup = setup_for_run(plan.cfg, shape.vocab, online=online, pairs=plan.caps.data == "pairs",
                           world=plan.world_size, gpu_bytes=total,
                           reference=online and plan.caps.reference == "live")  # fmt: skip
     return preflight(shape, setup, run=run, gpu_bytes=total)

@@ -14,7 +14,6 @@ import torch
 import torch.nn as nn
 
 import oxbench.device as placement
-from losses import LossSpec
 from oxbench.config import RunConfig, zero_stage
 from oxbench.engine import distributed as D
 from oxbench.engine.reference import LiveReference
@@ -172,11 +171,12 @@ def policy_weights(engine) -> dict[str, torch.Tensor]:
     return lm_state(full_state_dict(engine))
 
 
-def online_policy(spec: LossSpec, hparams: dict, model, init_seed: int):
-    """``(model, lm, live_ref)`` for an online run: the policy (with a value head, seeded, when the spec
-    needs one), its bare LM, and a frozen reference copy when the run uses one (else None)."""
-    if spec.needs_value_model:
-        torch.manual_seed(init_seed)
+def online_policy(plan, model):
+    """``(model, lm, live_ref)`` for an online run of ``plan`` (a :class:`~oxbench.engine.plan.RunPlan`):
+    the policy (with a value head, seeded, when its method has one), its bare LM, and a frozen reference
+    copy when the run reads one (else None)."""
+    if plan.caps.value_model:
+        torch.manual_seed(plan.seeds["init"])
         model = PolicyWithValue(model)
     lm = model.lm if isinstance(model, PolicyWithValue) else model
-    return model, lm, LiveReference(lm) if spec.uses_reference(hparams) else None
+    return model, lm, LiveReference(lm) if plan.caps.reference == "live" else None

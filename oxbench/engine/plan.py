@@ -37,6 +37,10 @@ class Capabilities:
     reference: Literal["none", "cached", "live"]  # cached: log-probs computed once; live: a frozen copy
     value_model: bool  # a value head on the policy (PPO-style)
     shared_prompt: bool  # its loss reads only the completions of rollouts (the shared-prompt forward)
+    data: str = "sft"  # the kind of example its batches carry: sft, pairs, unpaired (offline) or online
+    full_logits: bool = False  # its loss reads the full logits (the policy's and a live reference's)
+    own_pairs: bool = False  # online: it samples and ranks its own preference pairs each round
+    iterate_pairs: bool = False  # online: a frozen iterate answers the rejected side (SPIN)
 
     @classmethod
     def of(cls, spec: LossSpec | LossInfo, hparams: dict) -> Capabilities:
@@ -50,7 +54,8 @@ class Capabilities:
             live = spec.updates_reference or spec.needs_full_logits
             reference = "none" if not spec.needs_reference else ("live" if live else "cached")
         shared = online and not (spec.needs_value_model or spec.generates_own_pairs)
-        return cls(online, self_play, reference, spec.needs_value_model, shared)
+        return cls(online, self_play, reference, spec.needs_value_model, shared, spec.data,
+                   spec.needs_full_logits, spec.generates_own_pairs, spec.pairs_from_iterate)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,12 @@ def resolve(cfg: RunConfig, world_size: int = 1, *, live: bool = True) -> RunPla
     is a ``LossError`` / ``ValueError`` naming it, before any work. ``live=False``: the spec's
     capabilities only (:func:`losses.info`), for planning; training needs the live spec."""
     spec = lookup(cfg.method) if live else losses.info(cfg.method)
-    hparams = spec.resolve_hparams(cfg.loss)
+    return plan_of(cfg, spec, spec.resolve_hparams(cfg.loss), world_size)
+
+
+def plan_of(cfg: RunConfig, spec: LossSpec | LossInfo, hparams: dict, world_size: int = 1) -> RunPlan:
+    """The plan of ``cfg`` trained with ``spec`` at ``hparams``, which need not be registered (``oxbench
+    losses check`` trains a spec as it is, and so do the tests)."""
     caps = Capabilities.of(spec, hparams)
     if caps.online:
         o = cfg.online

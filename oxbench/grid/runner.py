@@ -22,7 +22,7 @@ import torch
 from oxbench.config import RunConfig, zero_stage
 from oxbench.data import difficulty, pipeline
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train_offline, train_online
+from oxbench.engine.build import train
 from oxbench.engine.checkpoint import Checkpointer, Preempted
 from oxbench.engine.curves import Curve
 from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
@@ -149,7 +149,7 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
     if not pairs:
         raise RuntimeError(f"self-play gave no preference pairs ({stats['prompts']} prompts, all tied)")
     rows = {"sft": pipeline.rft_rows, "pairs": lambda p: p, "unpaired": pipeline.unpaired_rows}
-    return rows[plan.spec.data](pairs), stats
+    return rows[plan.caps.data](pairs), stats
 
 
 VALIDATION_POOL = 10  # with data.subset: validation candidates per validation problem kept
@@ -278,7 +278,7 @@ class _Cell:
     def run(self, plan: RunPlan) -> None:
         cfg, rec, seeds = self.cfg, self.record, plan.seeds
         spec = plan.spec
-        rec.paradigm, rec.data_kind, rec.loss_version = spec.paradigm, spec.data, spec.version
+        rec.paradigm, rec.data_kind, rec.loss_version = spec.paradigm, plan.caps.data, spec.version
         rec.loss_hparams, rec.loss_paper = plan.hparams, spec.paper
         base_path, base_key = _on_main_first(
             lambda: base_model_path(cfg, verbose=self.verbose and D.is_main())
@@ -309,14 +309,12 @@ class _Cell:
             self.tracker = _tracker(cfg, self.dir)
         log = MetricsLog(self.dir / "metrics.jsonl", self.tracker) if D.is_main() else None
         ckpt = Checkpointer.from_config(self.dir, cfg)
-        common = {"run": plan.run_id, "logger": log, "ckpt": ckpt}
         if plan.caps.online:
             curve = _curve(cfg, model, tok, base_key, self.dir, self.tracker)
             reward = reward_function(cfg.online.reward_grader)
-            return train_online(cfg, plan.spec, plan.hparams, model, tok, rows, reward_fn=reward, curve=curve,
-                                **common)  # fmt: skip
+            return train(plan, model, tok, rows, logger=log, ckpt=ckpt, reward_fn=reward, curve=curve)
         ref_key = {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}
-        return train_offline(cfg, plan.spec, plan.hparams, model, tok, rows, ref_key=ref_key, **common)
+        return train(plan, model, tok, rows, logger=log, ckpt=ckpt, ref_key=ref_key)
 
     def _evaluate(self, state: dict, base_path: str, base_key: dict, tok, res) -> None:
         """Rank 0: the trained weights in a fresh copy of the base, evaluated; the model saved if asked."""

@@ -89,14 +89,15 @@ class Source(Protocol):
 
 
 def make_source(
-    rounds: Rounds, *, backend: str, per_iteration: int | None = None, live_ref=None
+    source: str, rounds: Rounds, *, backend: str, per_iteration: int | None = None, live_ref=None
 ) -> RolloutSource:
-    """The online source ``online.source`` names, over ``rounds`` (:class:`Rounds`: the settings, the
-    prompts, the worker, the learner's weights). ``backend``: the sampler an asynchronous producer
-    runs; ``per_iteration`` and ``live_ref``: a SPIN-style method's iteration and reference."""
+    """The online ``source`` the run's plan names (``RunPlan.source``), over ``rounds`` (:class:`Rounds`:
+    the settings, the prompts, the worker, the learner's weights). ``backend``: the sampler an
+    asynchronous producer runs; ``per_iteration`` and ``live_ref``: a SPIN-style method's iteration and
+    reference."""
     o = rounds.online
-    if o.source == "delayed":
+    if source == "delayed":
         return DelayedSource(rounds, o.staleness)
-    if o.source == "async":
+    if source == "async":
         return AsyncSource(rounds, o.staleness, o.queue_size, backend)
     return SyncSource(rounds, o.sync_every, per_iteration, live_ref)
