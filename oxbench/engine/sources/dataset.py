@@ -37,7 +37,9 @@ class DatasetSource:
         self.micro = micro[: self.total_steps * grad_accum]
         self.rounds = self.total_steps
         steps_by_rank = D.all_gather_objects(self.step_indices())
-        self._order = [examples[i]["id"] for step in zip(*steps_by_rank) for i in sorted(sum(step, []))]
+        # each step's examples in the sampler's global order (rank r's i-th is position i x world + r): the
+        # same sequence at any world size and accumulation, and at world size 1 the order they are read in
+        self._order = [examples[i]["id"] for step in zip(*steps_by_rank) for at in zip(*step) for i in at]
 
     def step_indices(self) -> list[list[int]]:
         """The examples (indices) this rank trains on at each optimiser step."""
@@ -61,8 +63,9 @@ class DatasetSource:
         pass
 
     def order_sha(self) -> str:
-        """The digest of the examples of every optimiser step, in step order (each step's in index order):
-        the same for any world size and accumulation that give the same global batches."""
+        """The digest of the examples of every optimiser step, in the sampler's global order: the same for
+        any world size and accumulation that give the same global batches (at world size 1, the order the
+        examples are read in)."""
         return order_sha(self._order)
 
     def state_dict(self) -> dict:
