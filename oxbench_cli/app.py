@@ -1,0 +1,64 @@
+"""The command line's application, its consoles, and the one-line failure every bad input gets."""
+
+from __future__ import annotations
+
+import difflib
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+# Heavy libraries (torch, transformers, the engine) are imported only where a command trains or loads a
+# loss: --help, losses, --plan and every bad-input error read the loss registry's index
+# (losses.info, losses/index.json) and answer without torch (tests/test_cli_fast.py).
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="oxbench: a controlled benchmark harness for LLM post-training algorithms.",
+)
+# markup=False: every message is literal text. Errors carry torch's "[rank0]:" prefixes, bracketed
+# paths and whatever a plugin raised; as markup they would be restyled or end the grid (MarkupError).
+out_console = Console(width=max(120, Console().width), markup=False, highlight=False)
+err_console = Console(stderr=True, markup=False, highlight=False)
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127) if chr(c) not in "\n\t"}
+
+
+def literal(text) -> str:
+    """``text`` as printable characters: control characters (an ANSI escape, a carriage return that
+    would overwrite the line) shown as ``\\xNN``."""
+    return str(text).translate(_CONTROL)
+
+
+def tagged(tag: str, style: str, msg) -> Text:
+    """``tag`` in ``style``, then ``msg`` as literal text."""
+    return Text.assemble((tag, style), " ", literal(msg))
+
+
+def fail(msg: str, code: int = 2):
+    err_console.print(tagged("error:", "red", msg), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _load_plugins(plugins: list[str]) -> None:
+    if not plugins:
+        return
+    import losses
+    from oxbench.plugins import load_plugins
+
+    try:
+        load_plugins(plugins)
+    except losses.LossError as exc:
+        fail(str(exc))
+
+
+def _check_choice(option: str, kind: str, value: str, choices: tuple[str, ...], known: str) -> None:
+    """``value`` given to ``option`` is one of ``choices``; else one line (exit 2) naming the closest
+    choice, or ``known`` when none is close."""
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        fail(
+            f"{option}: unknown {kind} {value!r}"
+            + (f"; did you mean {close[0]!r}?" if close else f" ({known})")
+        )
