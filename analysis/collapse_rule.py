@@ -42,11 +42,40 @@ MIN_WINDOW_ROLLOUTS = 256
 #: metrics.jsonl keys that depend on the machine, not on the run's arithmetic (left out of fingerprints).
 _CLOCK_WORDS = ("seconds", "elapsed", "per_s", "wait", "timing")
 
-LABEL_COLUMNS = ["grid", "run_id", "method", "arm", "correction", "S", "lr", "ess_lr", "seed", "B", "rounds", "window",
-                 "peak", "last", "R", "A", "A_verified", "C", "N", "judged", "failed", "old", "reasons",
-                 "accuracy", "accuracy_flexible", "base_accuracy_flexible", "accuracy_verified_flexible",
-                 "base_accuracy_verified_flexible", "step_scale", "lr_effective", "fingerprint",
-                 "fingerprint_full"]  # fmt: skip
+LABEL_COLUMNS = [
+    "grid",
+    "run_id",
+    "method",
+    "arm",
+    "correction",
+    "S",
+    "lr",
+    "ess_lr",
+    "seed",
+    "B",
+    "rounds",
+    "window",
+    "peak",
+    "last",
+    "R",
+    "A",
+    "A_verified",
+    "C",
+    "N",
+    "judged",
+    "failed",
+    "old",
+    "reasons",
+    "accuracy",
+    "accuracy_flexible",
+    "base_accuracy_flexible",
+    "accuracy_verified_flexible",
+    "base_accuracy_verified_flexible",
+    "step_scale",
+    "lr_effective",
+    "fingerprint",
+    "fingerprint_full",
+]
 
 
 def window_rounds(rollouts_per_round: int) -> int:
@@ -120,8 +149,18 @@ def judge_run(record: dict, history: list[dict], curve: list[dict] | None = None
     }
     failed = conds["R"] or conds["A"] or conds["C"] or conds["N"]
     reasons = "+".join(k for k in ("R", "A", "C", "N") if conds[k])
-    return {"B": b, "rounds": len(rewards), "window": window, "peak": r["peak"], "last": r["last"],
-            "judged": r["judged"], **conds, "failed": bool(failed), "old": bool(collapse), "reasons": reasons}  # fmt: skip
+    return {
+        "B": b,
+        "rounds": len(rewards),
+        "window": window,
+        "peak": r["peak"],
+        "last": r["last"],
+        "judged": r["judged"],
+        **conds,
+        "failed": bool(failed),
+        "old": bool(collapse),
+        "reasons": reasons,
+    }
 
 
 def step_scale(history: list[dict]) -> float:
@@ -165,18 +204,30 @@ def label_runs(root: str | Path) -> pd.DataFrame:
         history = read_metrics(rec["_dir"] / "metrics.jsonl")
         curve = read_metrics(rec["_dir"] / "curve.jsonl") or None
         cfg, m = rec["config"], rec.get("metrics") or {}
-        arm = {k: v for k, v in (rec.get("arm") or {}).items()
-               if k not in ("online.staleness", "train.lr", "scale", "lora", "method")}  # fmt: skip
+        arm = {
+            k: v
+            for k, v in (rec.get("arm") or {}).items()
+            if k not in ("online.staleness", "train.lr", "scale", "lora", "method")
+        }
         scale = step_scale(history)
-        rows.append({"grid": rec["grid"], "run_id": rec["run_id"], "method": rec["method"],
-                     "arm": json.dumps(rec.get("arm") or {"method": rec["method"]}, sort_keys=True),
-                     "correction": " ".join(f"{k}={v}" for k, v in sorted(arm.items())) or rec["method"],
-                     "S": cfg["online"].get("staleness", 0), "lr": cfg["train"]["lr"],
-                     "ess_lr": cfg["online"].get("ess_lr", "none"), "seed": rec["seed"],
-                     **judge_run(rec, history, curve),
-                     **{k: m.get(k, math.nan) for k in LABEL_COLUMNS if k.startswith(("accuracy", "base_"))},
-                     "step_scale": scale, "lr_effective": cfg["train"]["lr"] * scale,
-                     "fingerprint": fingerprint(rec["_dir"], history),
-                     "fingerprint_full": fingerprint(rec["_dir"], history, full=True)})  # fmt: skip
+        rows.append(
+            {
+                "grid": rec["grid"],
+                "run_id": rec["run_id"],
+                "method": rec["method"],
+                "arm": json.dumps(rec.get("arm") or {"method": rec["method"]}, sort_keys=True),
+                "correction": " ".join(f"{k}={v}" for k, v in sorted(arm.items())) or rec["method"],
+                "S": cfg["online"].get("staleness", 0),
+                "lr": cfg["train"]["lr"],
+                "ess_lr": cfg["online"].get("ess_lr", "none"),
+                "seed": rec["seed"],
+                **judge_run(rec, history, curve),
+                **{k: m.get(k, math.nan) for k in LABEL_COLUMNS if k.startswith(("accuracy", "base_"))},
+                "step_scale": scale,
+                "lr_effective": cfg["train"]["lr"] * scale,
+                "fingerprint": fingerprint(rec["_dir"], history),
+                "fingerprint_full": fingerprint(rec["_dir"], history, full=True),
+            }
+        )
     out = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     return out.sort_values(["grid", "correction", "S", "lr", "seed"], ignore_index=True)

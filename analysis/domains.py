@@ -24,8 +24,20 @@ import pandas as pd
 
 from analysis.stats import _cols, _groups, _require, by_arm
 
-DOMAIN_COLUMNS = ["family", "n_methods", "n_runs", "spread", "ci_low", "ci_high", "null_spread", "p",
-                  "best", "worst", "base", "chance"]  # fmt: skip
+DOMAIN_COLUMNS = [
+    "family",
+    "n_methods",
+    "n_runs",
+    "spread",
+    "ci_low",
+    "ci_high",
+    "null_spread",
+    "p",
+    "best",
+    "worst",
+    "base",
+    "chance",
+]
 
 
 def domains(df: pd.DataFrame, per_task: bool = False) -> list[tuple[str, str]]:
@@ -46,9 +58,14 @@ def _spread(values: np.ndarray, groups: np.ndarray, n_groups: int) -> float:
 
 
 def family_spread(
-    df: pd.DataFrame, by: str | tuple[str, ...] = ("scale",), *, n_boot: int = 2000, n_perm: int = 2000,
-    seed: int = 0, per_task: bool = False,
-) -> pd.DataFrame:  # fmt: skip
+    df: pd.DataFrame,
+    by: str | tuple[str, ...] = ("scale",),
+    *,
+    n_boot: int = 2000,
+    n_perm: int = 2000,
+    seed: int = 0,
+    per_task: bool = False,
+) -> pd.DataFrame:
     """One row per group of ``by`` and task family: :data:`DOMAIN_COLUMNS` (see the module doc); with
     ``per_task`` also one per lm-eval task. Methods with no finite score on a family are left out of it;
     a family with fewer than two methods is skipped."""
@@ -65,17 +82,30 @@ def family_spread(
             values, k = runs[col].to_numpy(float), len(names)
             observed = _spread(values, codes, k)
             members = [np.flatnonzero(codes == g) for g in range(k)]
-            boot = [_spread(values[idx], codes[idx], k)
-                    for idx in (np.concatenate([rng.choice(m, len(m)) for m in members]) for _ in range(n_boot))]  # fmt: skip
+            boot = [
+                _spread(values[idx], codes[idx], k)
+                for idx in (np.concatenate([rng.choice(m, len(m)) for m in members]) for _ in range(n_boot))
+            ]
             null = np.array([_spread(values, rng.permutation(codes), k) for _ in range(n_perm)])
             means = runs.groupby("method")[col].mean()
             base_col, chance_col = f"base_{col}", (f"{col}_chance" if col != "accuracy" else "chance")
-            rows.append({**dict(zip(cols, key)), "family": family, "n_methods": k, "n_runs": len(runs),
-                         "spread": observed, "ci_low": float(np.percentile(boot, 2.5)),
-                         "ci_high": float(np.percentile(boot, 97.5)), "null_spread": float(np.median(null)),
-                         "p": float((1 + (null >= observed - 1e-9).sum()) / (1 + n_perm)),
-                         "best": means.idxmax(), "worst": means.idxmin(),
-                         "base": _first(sub, base_col), "chance": _first(sub, chance_col)})  # fmt: skip
+            rows.append(
+                {
+                    **dict(zip(cols, key)),
+                    "family": family,
+                    "n_methods": k,
+                    "n_runs": len(runs),
+                    "spread": observed,
+                    "ci_low": float(np.percentile(boot, 2.5)),
+                    "ci_high": float(np.percentile(boot, 97.5)),
+                    "null_spread": float(np.median(null)),
+                    "p": float((1 + (null >= observed - 1e-9).sum()) / (1 + n_perm)),
+                    "best": means.idxmax(),
+                    "worst": means.idxmin(),
+                    "base": _first(sub, base_col),
+                    "chance": _first(sub, chance_col),
+                }
+            )
     return pd.DataFrame(rows, columns=[*cols, *DOMAIN_COLUMNS])
 
 

@@ -131,8 +131,10 @@ def leverage_figure(table: pd.DataFrame, out_dir) -> str:
     """Per factor: the range of level means (pp) and η², side by side."""
     fig, axes = figure(6.4, 0.32 * len(table) + 0.9, ncols=2)
     names = table["factor"].tolist()
-    for ax, col, color, title, fmt in ((axes[0][0], "range_points", "#4e79a7", "range (pp)", "{:.1f}"),
-                                        (axes[0][1], "eta_squared", "#f28e2b", "η²", "{:.2f}")):  # fmt: skip
+    for ax, col, color, title, fmt in (
+        (axes[0][0], "range_points", "#4e79a7", "range (pp)", "{:.1f}"),
+        (axes[0][1], "eta_squared", "#f28e2b", "η²", "{:.2f}"),
+    ):
         values = table[col].to_numpy(float)
         ax.barh(range(len(names)), np.nan_to_num(values), color=color)
         for i, v in enumerate(values):
@@ -159,8 +161,14 @@ def rank_figure(ranks: pd.DataFrame, scales, params: dict[str, str], style: dict
         ends.setdefault(pts[-1], []).append(m)
     for end, names in ends.items():  # tied methods share one label
         color = style[names[0]][0] if len(names) == 1 else "#333"
-        ax.annotate(", ".join(map(_short, names)), end, xytext=(8, 0), textcoords="offset points", va="center",
-                    color=color)  # fmt: skip
+        ax.annotate(
+            ", ".join(map(_short, names)),
+            end,
+            xytext=(8, 0),
+            textcoords="offset points",
+            va="center",
+            color=color,
+        )
     _scale_ticks(ax, list(scales), params)
     ax.set_xlim(-0.5, len(scales) - 0.5 + 0.9)
     ax.set_yticks(range(1, n + 1), [f"#{k}" for k in range(1, n + 1)])

@@ -54,10 +54,16 @@ def load_curves(root: str | Path) -> pd.DataFrame:
             continue
         cfg = record["config"]
         online = cfg["online"]
-        arm = {"run_id": record["run_id"], "seed": record["seed"], "n": online["n"],
-               "B_p": online["prompts_per_batch"], "subset": _subset_label(cfg["data"].get("subset")),
-               "lr": cfg["train"]["lr"], "rollouts_max": online["prompts_per_batch"] * online["n"] * online["rounds"],
-               "arm": json.dumps(record.get("arm") or {}, sort_keys=True)}  # fmt: skip
+        arm = {
+            "run_id": record["run_id"],
+            "seed": record["seed"],
+            "n": online["n"],
+            "B_p": online["prompts_per_batch"],
+            "subset": _subset_label(cfg["data"].get("subset")),
+            "lr": cfg["train"]["lr"],
+            "rollouts_max": online["prompts_per_batch"] * online["n"] * online["rounds"],
+            "arm": json.dumps(record.get("arm") or {}, sort_keys=True),
+        }
         frames.append(pd.DataFrame([{**arm, **row} for row in _read_curve(path)]))
     if not frames:
         return pd.DataFrame(
@@ -189,8 +195,9 @@ def n_star(fits: pd.DataFrame, log_c) -> pd.DataFrame:
     log_c = np.asarray(log_c, float)
     curves = np.stack([sigmoid(log_c, r.lo, r.hi, r.mid, r.slope) for r in fits.itertuples()])
     best = curves.argmax(0)
-    return pd.DataFrame({"log_c": log_c, "C": np.exp(log_c), "n_star": fits["n"].to_numpy()[best],
-                         "reward": curves.max(0)})  # fmt: skip
+    return pd.DataFrame(
+        {"log_c": log_c, "C": np.exp(log_c), "n_star": fits["n"].to_numpy()[best], "reward": curves.max(0)}
+    )
 
 
 def fit_n_star(log_c, n_values) -> dict:
@@ -202,8 +209,16 @@ def fit_n_star(log_c, n_values) -> dict:
     return {**p, "n_lo": 2 ** p["lo"], "n_hi": 2 ** p["hi"], "C_mid": math.exp(p["mid"])}
 
 
-def bootstrap_n_star(curves: pd.DataFrame, metric: str, *, x: str = "rollouts", n_boot: int = 200,
-                     seed: int = 0, n_grid: int = 40, ci: float = 0.95) -> dict:  # fmt: skip
+def bootstrap_n_star(
+    curves: pd.DataFrame,
+    metric: str,
+    *,
+    x: str = "rollouts",
+    n_boot: int = 200,
+    seed: int = 0,
+    n_grid: int = 40,
+    ci: float = 0.95,
+) -> dict:
     """The n*(C) fit and percentile intervals over seeds: each replicate draws, for every (n, B_p) arm,
     its seeds with replacement, refits every n's sigmoid and refits n*(C). Replicates whose fits fail
     (too few points, a flat n*) are counted in ``failed`` and left out."""
@@ -226,8 +241,14 @@ def bootstrap_n_star(curves: pd.DataFrame, metric: str, *, x: str = "rollouts", 
     intervals = {
         k: [float(v) for v in np.percentile([d[k] for d in draws], q)] for k in point if draws and k != "rmse"
     }
-    return {"fit": point, "ci": intervals, "replicates": len(draws), "failed": failed, "log_c": list(grid),
-            "draws": draws}  # fmt: skip
+    return {
+        "fit": point,
+        "ci": intervals,
+        "replicates": len(draws),
+        "failed": failed,
+        "log_c": list(grid),
+        "draws": draws,
+    }
 
 
 def _log_grid(curves: pd.DataFrame, x: str, n: int) -> np.ndarray:
@@ -247,8 +268,10 @@ def at_compute(curves: pd.DataFrame, c: float, *, x: str = "rollouts") -> pd.Dat
 def per_problem(counts, samples: int, k: int, kind: str) -> np.ndarray:
     """Per problem, the unbiased best@k (pass@k) or worst@k (all k right) from its count of correct
     samples out of ``samples``."""
-    fn = {"best": lambda c: 1 - math.comb(samples - c, k) / math.comb(samples, k),
-          "worst": lambda c: math.comb(c, k) / math.comb(samples, k)}[kind]  # fmt: skip
+    fn = {
+        "best": lambda c: 1 - math.comb(samples - c, k) / math.comb(samples, k),
+        "worst": lambda c: math.comb(c, k) / math.comb(samples, k),
+    }[kind]
     return np.array([fn(int(c)) for c in counts], float)
 
 
@@ -269,9 +292,18 @@ def paired_by_problem(points: pd.DataFrame, n_a: int, n_b: int, *, k: int, kind:
     diff = per_n[n_b] - per_n[n_a]
     nonzero = diff[diff != 0]
     p = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) >= 1 else 1.0
-    return {"kind": kind, "n_a": n_a, "n_b": n_b, "a": float(per_n[n_a].mean()), "b": float(per_n[n_b].mean()),
-            "delta": float(diff.mean()), "p": p, "b_wins": int((diff > 0).sum()), "a_wins": int((diff < 0).sum()),
-            "problems": len(diff)}  # fmt: skip
+    return {
+        "kind": kind,
+        "n_a": n_a,
+        "n_b": n_b,
+        "a": float(per_n[n_a].mean()),
+        "b": float(per_n[n_b].mean()),
+        "delta": float(diff.mean()),
+        "p": p,
+        "b_wins": int((diff > 0).sum()),
+        "a_wins": int((diff < 0).sum()),
+        "problems": len(diff),
+    }
 
 
 def variance_share(points: pd.DataFrame, metric: str, factors=("n", "B_p")) -> dict:

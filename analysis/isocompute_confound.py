@@ -28,8 +28,20 @@ from scipy import stats
 from analysis import isocompute as iso
 from analysis.stats import adjust_pvalues
 
-PAIR_COLUMNS = ["subset", "B", "M", "lr", "seed", "n_small", "B_p_large", "n_large", "B_p_small", "reward_B_p",
-                "reward_n", "winner"]  # fmt: skip
+PAIR_COLUMNS = [
+    "subset",
+    "B",
+    "M",
+    "lr",
+    "seed",
+    "n_small",
+    "B_p_large",
+    "n_large",
+    "B_p_small",
+    "reward_B_p",
+    "reward_n",
+    "winner",
+]
 
 
 def with_updates(points: pd.DataFrame) -> pd.DataFrame:
@@ -57,10 +69,22 @@ def fixed_batch_pairs(points: pd.DataFrame, metric: str) -> pd.DataFrame:
                 if small_bp["B_p"] == large_bp["B_p"]:
                     continue
                 a, c = float(large_bp[metric]), float(small_bp[metric])
-                rows.append({"subset": subset, "B": int(b), "M": float(large_bp["M"]), "lr": float(large_bp["lr"]),
-                             "seed": seed, "n_small": int(large_bp["n"]), "B_p_large": int(large_bp["B_p"]),
-                             "n_large": int(small_bp["n"]), "B_p_small": int(small_bp["B_p"]), "reward_B_p": a,
-                             "reward_n": c, "winner": "B_p" if a > c else "n" if c > a else "tie"})  # fmt: skip
+                rows.append(
+                    {
+                        "subset": subset,
+                        "B": int(b),
+                        "M": float(large_bp["M"]),
+                        "lr": float(large_bp["lr"]),
+                        "seed": seed,
+                        "n_small": int(large_bp["n"]),
+                        "B_p_large": int(large_bp["B_p"]),
+                        "n_large": int(small_bp["n"]),
+                        "B_p_small": int(small_bp["B_p"]),
+                        "reward_B_p": a,
+                        "reward_n": c,
+                        "winner": "B_p" if a > c else "n" if c > a else "tie",
+                    }
+                )
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
@@ -69,8 +93,13 @@ def sign_test(pairs: pd.DataFrame) -> dict:
     (binomial, p = 1/2). Unit of replication: matched (subset, B, seed) pairs."""
     wins, losses = int((pairs["winner"] == "B_p").sum()), int((pairs["winner"] == "n").sum())
     p = float(stats.binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else math.nan
-    return {"B_p_wins": wins, "n_wins": losses, "ties": int((pairs["winner"] == "tie").sum()), "p": p,
-            "mean_delta": float((pairs["reward_B_p"] - pairs["reward_n"]).mean()) if len(pairs) else math.nan}  # fmt: skip
+    return {
+        "B_p_wins": wins,
+        "n_wins": losses,
+        "ties": int((pairs["winner"] == "tie").sum()),
+        "p": p,
+        "mean_delta": float((pairs["reward_B_p"] - pairs["reward_n"]).mean()) if len(pairs) else math.nan,
+    }
 
 
 def _share(y: np.ndarray, groups: pd.Series) -> float:
@@ -84,9 +113,14 @@ def imbalance(points: pd.DataFrame) -> str:
     levels = points.groupby("n")["B_p"].apply(lambda s: sorted(set(s)))
     every = sorted(set(points["B_p"]))
     missing = [f"n = {n} × B_p = {b}" for n, bs in levels.items() for b in every if b not in bs]
-    return "balanced (every n at every B_p)" if not missing else (
-        f"unbalanced: B_p ∈ {every} exists only for n ∈ {[int(n) for n, bs in levels.items() if bs == every]}; "
-        f"missing {', '.join(missing)}")  # fmt: skip
+    return (
+        "balanced (every n at every B_p)"
+        if not missing
+        else (
+            f"unbalanced: B_p ∈ {every} exists only for n ∈ {[int(n) for n, bs in levels.items() if bs == every]}; "
+            f"missing {', '.join(missing)}"
+        )
+    )
 
 
 def variance_shares(points: pd.DataFrame, metric: str) -> dict:
@@ -134,8 +168,16 @@ def matched_updates(curves: pd.DataFrame, n_a: int, n_b: int, b_p: int, *, k: in
         return []
     pts = at_updates(curves[(curves["B_p"] == b_p) & curves["n"].isin([n_a, n_b])], m)
     c = {n: float(pts.loc[pts["n"] == n, "rollouts"].mean()) for n in (n_a, n_b)}
-    return [{**iso.paired_by_problem(pts, n_a, n_b, k=k, kind=kind), "B_p": b_p, "M": m, "C_a": c[n_a], "C_b": c[n_b]}
-            for kind in ("best", "worst")]  # fmt: skip
+    return [
+        {
+            **iso.paired_by_problem(pts, n_a, n_b, k=k, kind=kind),
+            "B_p": b_p,
+            "M": m,
+            "C_a": c[n_a],
+            "C_b": c[n_b],
+        }
+        for kind in ("best", "worst")
+    ]
 
 
 def fixed_batch_problems(points: pd.DataFrame, *, k: int) -> list[dict]:
@@ -148,8 +190,10 @@ def fixed_batch_problems(points: pd.DataFrame, *, k: int) -> list[dict]:
             continue
         lo, hi = g.loc[g["B_p"] == g["B_p"].max()], g.loc[g["B_p"] == g["B_p"].min()]
         n_b, n_a = int(lo["n"].iloc[0]), int(hi["n"].iloc[0])
-        rows += [{"subset": subset, "B": int(b), **iso.paired_by_problem(g, n_a, n_b, k=k, kind=kind)}
-                 for kind in ("best", "worst")]  # fmt: skip
+        rows += [
+            {"subset": subset, "B": int(b), **iso.paired_by_problem(g, n_a, n_b, k=k, kind=kind)}
+            for kind in ("best", "worst")
+        ]
     return rows
 
 
@@ -161,9 +205,16 @@ def raw_best(points: pd.DataFrame, metric: str) -> pd.DataFrame:
     for subset, g in means.groupby("subset"):
         g = g.sort_values(metric, ascending=False)
         best, second = g.iloc[0], g.iloc[1] if len(g) > 1 else g.iloc[0]
-        rows.append({"subset": subset, "n": int(best["n"]), "B_p": int(best["B_p"]), metric: float(best[metric]),
-                     "runner_up": f"n = {int(second['n'])}, B_p = {int(second['B_p'])}",
-                     "runner_up_" + metric: float(second[metric])})  # fmt: skip
+        rows.append(
+            {
+                "subset": subset,
+                "n": int(best["n"]),
+                "B_p": int(best["B_p"]),
+                metric: float(best[metric]),
+                "runner_up": f"n = {int(second['n'])}, B_p = {int(second['B_p'])}",
+                "runner_up_" + metric: float(second[metric]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -176,8 +227,10 @@ def share_note(points: pd.DataFrame, metric: str) -> str:
     bal = v["balanced"]
     text = f"{v['imbalance']}; M = C/B alone explains {v['all']['M']:.0%}"
     if len(bal["n_values"]) > 1 and points["B_p"].nunique() > 1 and v["imbalance"].startswith("unbalanced"):
-        text += (f"; on the balanced part (n ∈ {bal['n_values']}, {bal['runs']} runs) n {bal['n']:.0%}, B_p "
-                 f"{bal['B_p']:.0%}, n × B_p {bal['interaction']:.0%}")  # fmt: skip
+        text += (
+            f"; on the balanced part (n ∈ {bal['n_values']}, {bal['runs']} runs) n {bal['n']:.0%}, B_p "
+            f"{bal['B_p']:.0%}, n × B_p {bal['interaction']:.0%}"
+        )
     return text
 
 
@@ -191,14 +244,34 @@ def versus_base(curves: pd.DataFrame, c: float, *, k: int) -> list[dict]:
     for (subset, n, b_p), g in end.groupby(["subset", "n", "B_p"]):
         base = start[start["run_id"].isin(g["run_id"])]
         for kind in ("best", "worst"):
-            per = [np.mean([iso.per_problem(r.correct_counts, r.samples_per_problem, k, kind)
-                            for r in pts.itertuples()], 0) for pts in (base, g)]  # fmt: skip
+            per = [
+                np.mean(
+                    [
+                        iso.per_problem(r.correct_counts, r.samples_per_problem, k, kind)
+                        for r in pts.itertuples()
+                    ],
+                    0,
+                )
+                for pts in (base, g)
+            ]
             diff = per[1] - per[0]
             nonzero = diff[diff != 0]
             p = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
-            rows.append({"subset": subset, "n": int(n), "B_p": int(b_p), "kind": kind, "seeds": len(g),
-                         "base": float(per[0].mean()), "arm": float(per[1].mean()), "delta": float(diff.mean()),
-                         "p": p, "up": int((diff > 0).sum()), "down": int((diff < 0).sum())})  # fmt: skip
+            rows.append(
+                {
+                    "subset": subset,
+                    "n": int(n),
+                    "B_p": int(b_p),
+                    "kind": kind,
+                    "seeds": len(g),
+                    "base": float(per[0].mean()),
+                    "arm": float(per[1].mean()),
+                    "delta": float(diff.mean()),
+                    "p": p,
+                    "up": int((diff > 0).sum()),
+                    "down": int((diff < 0).sum()),
+                }
+            )
     return rows
 
 
@@ -241,9 +314,21 @@ def versus_control(curves: pd.DataFrame, control: pd.DataFrame, c: float, *, k: 
                 if len(a) > 1 and len(b) > 1
                 else math.nan
             )
-            rows.append({"subset": subset, "n": int(n), "B_p": int(b_p), "kind": kind, "seeds": len(a),
-                         "control_seeds": len(b), "delta": float(a.mean()), "control_delta": float(b.mean()),
-                         "difference": float(a.mean() - b.mean()), "p": p, "claim": CLAIMS.get(subset) == kind})  # fmt: skip
+            rows.append(
+                {
+                    "subset": subset,
+                    "n": int(n),
+                    "B_p": int(b_p),
+                    "kind": kind,
+                    "seeds": len(a),
+                    "control_seeds": len(b),
+                    "delta": float(a.mean()),
+                    "control_delta": float(b.mean()),
+                    "difference": float(a.mean() - b.mean()),
+                    "p": p,
+                    "claim": CLAIMS.get(subset) == kind,
+                }
+            )
     claims = [r for r in rows if r["claim"]]
     for r, adj in zip(claims, adjust_pvalues([r["p"] for r in claims], "holm")):
         r["holm"] = float(adj)

@@ -80,8 +80,12 @@ def frontier_figure(cur: pd.DataFrame, res: dict, metric: str, subset: str, out_
         ax.plot(np.exp(grid), iso.sigmoid(grid, r.lo, r.hi, r.mid, r.slope), color=col[r.n], lw=1.2)
     front = iso.frontier(iso.record_breaking(pts, metric), metric, at=np.unique(pts["rollouts"]))
     ax.step(front["rollouts"], front[metric], where="post", color="black", lw=1.5, label="frontier")
-    ax.set(xscale="log", xlabel="compute C (rollouts)", ylabel=f"validation {metric.replace('_at_', '@')}",
-           title=f"{subset}: frontier, points and per-n sigmoid fits")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="compute C (rollouts)",
+        ylabel=f"validation {metric.replace('_at_', '@')}",
+        title=f"{subset}: frontier, points and per-n sigmoid fits",
+    )
     ax.legend(fontsize=7, ncol=2)
     return save(fig, f"frontier_{subset}", out_dir)
 
@@ -157,8 +161,12 @@ def curves_figure(cur: pd.DataFrame, metric: str, subset: str, out_dir) -> str:
         ax.plot([], [], color=c, label=f"n={n}")
     for b, ls in styles.items():
         ax.plot([], [], color="grey", ls=ls, label=f"B_p={b}")
-    ax.set(xscale="log", xlabel="compute C (rollouts; base at 1)", ylabel=f"validation {metric.replace('_at_', '@')}",
-           title=f"{subset}: learning curves, every run")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="compute C (rollouts; base at 1)",
+        ylabel=f"validation {metric.replace('_at_', '@')}",
+        title=f"{subset}: learning curves, every run",
+    )
     ax.legend(fontsize=6, ncol=2)
     return save(fig, f"curves_{subset}", out_dir)
 

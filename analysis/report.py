@@ -371,8 +371,12 @@ def _extra_metrics(arms: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
     """(column, label) for the greedy accuracies the leaderboard does not rank by (strict, verified,
     flexible, verified-flexible), OOD accuracy, each lm-eval task family and each best@k in the runs."""
     present = [c for c in arms.columns if c not in RUN_COLUMNS and arms[c].notna().any() and c != metric]
-    honest = [("accuracy", "strict (%)"), ("accuracy_verified", "verified (%)"),
-              ("accuracy_flexible", "flexible (%)"), ("accuracy_verified_flexible", "verified-flexible (%)")]  # fmt: skip
+    honest = [
+        ("accuracy", "strict (%)"),
+        ("accuracy_verified", "verified (%)"),
+        ("accuracy_flexible", "flexible (%)"),
+        ("accuracy_verified_flexible", "verified-flexible (%)"),
+    ]
     extra = [(c, label) for c, label in honest if c in present]
     extra += [(OOD, "OOD acc. (%)")] if OOD in present else []
     extra += [(c, f"{c.removeprefix('domain_')} (%)") for c in present if DOMAIN.fullmatch(c)]
@@ -430,14 +434,21 @@ def _reference_rows(runs: pd.DataFrame, metric: str, extra_cols: list[str]) -> l
     """A leaderboard's reference rows: the base model before post-training (its ``base_*`` metrics,
     from the runs' records) and the task's chance level, where the records carry them."""
     rows = []
-    for label, prefix, title in (("base model", "base_", "the untrained base, evaluated like every arm"),
-                                 ("chance", None, "what guessing scores on this task")):  # fmt: skip
+    for label, prefix, title in (
+        ("base model", "base_", "the untrained base, evaluated like every arm"),
+        ("chance", None, "what guessing scores on this task"),
+    ):
         col = f"{prefix}{metric}" if prefix else "chance"
         if col not in runs.columns or runs[col].isna().all():
             continue
         value = float(runs[col].mean())
-        cells = [Cell(label, "", cls="name reference", title=title), Cell("—", ""), Cell("—", ""),
-                 Cell(_pct(value), _key(value)), Cell("", "")] + [Cell("", "") for _ in range(4)]  # fmt: skip
+        cells = [
+            Cell(label, "", cls="name reference", title=title),
+            Cell("—", ""),
+            Cell("—", ""),
+            Cell(_pct(value), _key(value)),
+            Cell("", ""),
+        ] + [Cell("", "") for _ in range(4)]
         for ex_col in extra_cols:
             chance = (
                 "ood_chance" if ex_col == OOD else f"{ex_col}_chance" if DOMAIN.fullmatch(ex_col) else None
@@ -666,19 +677,40 @@ def _domain_section(arms: pd.DataFrame, out_dir) -> dict | None:
     spread = family_spread(arms, n_boot=1000, n_perm=1000)
     if not len(spread):
         return None
-    heads = ["Scale", "Family", "Methods", "Spread (pp)", "95% CI", "Permuted (pp)", "p", "Best", "Worst",
-             "Base (%)", "Chance (%)"]  # fmt: skip
-    table = Table("domain-spread", [Column(h, "number" if i in (2, 3, 5, 6, 9, 10) else "text")
-                                    for i, h in enumerate(heads)])  # fmt: skip
+    heads = [
+        "Scale",
+        "Family",
+        "Methods",
+        "Spread (pp)",
+        "95% CI",
+        "Permuted (pp)",
+        "p",
+        "Best",
+        "Worst",
+        "Base (%)",
+        "Chance (%)",
+    ]
+    table = Table(
+        "domain-spread",
+        [Column(h, "number" if i in (2, 3, 5, 6, 9, 10) else "text") for i, h in enumerate(heads)],
+    )
     for _, r in spread.iterrows():
         ci = f"[{_fixed(r['ci_low'], 1)}, {_fixed(r['ci_high'], 1)}]"
-        table.rows.append([Cell(r["scale"], r["scale"]), Cell(r["family"], r["family"]),
-                           Cell(str(r["n_methods"]), _key(r["n_methods"])),
-                           Cell(_fixed(r["spread"], 2), _key(r["spread"])), Cell(ci, ci),
-                           Cell(_fixed(r["null_spread"], 2), _key(r["null_spread"])), Cell(_p(r["p"]), _key(r["p"])),
-                           Cell(r["best"], r["best"]), Cell(r["worst"], r["worst"]),
-                           Cell(_fixed(r["base"], 1), _key(r["base"])),
-                           Cell(_fixed(r["chance"], 1), _key(r["chance"]))])  # fmt: skip
+        table.rows.append(
+            [
+                Cell(r["scale"], r["scale"]),
+                Cell(r["family"], r["family"]),
+                Cell(str(r["n_methods"]), _key(r["n_methods"])),
+                Cell(_fixed(r["spread"], 2), _key(r["spread"])),
+                Cell(ci, ci),
+                Cell(_fixed(r["null_spread"], 2), _key(r["null_spread"])),
+                Cell(_p(r["p"]), _key(r["p"])),
+                Cell(r["best"], r["best"]),
+                Cell(r["worst"], r["worst"]),
+                Cell(_fixed(r["base"], 1), _key(r["base"])),
+                Cell(_fixed(r["chance"], 1), _key(r["chance"])),
+            ]
+        )
     return {"plot": Markup(figs.domain_figure(spread, out_dir)), "table": table}
 
 
@@ -858,11 +890,22 @@ def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
     from analysis.isocompute_confound import share_note  # issue 27.2: the imbalance beside every share
 
     notes = "; ".join(f"{s}: {share_note(r['at'], res['metric'])}" for s, r in res["subsets"].items())
-    tables.append({"caption": f"At matched compute: variance shares ({notes}) and paired tests over problems "
-                              "(unit: problems)", "table": _matched_table(res)})  # fmt: skip
+    tables.append(
+        {
+            "caption": f"At matched compute: variance shares ({notes}) and paired tests over problems "
+            "(unit: problems)",
+            "table": _matched_table(res),
+        }
+    )
     figures = [(caption, Markup(svg)) for caption, svg in isor.figures(curves, res, root / "figures")]
-    return {"metric": res["metric"], "runs": int(curves["run_id"].nunique()), "boot": n_boot,
-            "tables": tables, "figures": figures, "errors": errors}  # fmt: skip
+    return {
+        "metric": res["metric"],
+        "runs": int(curves["run_id"].nunique()),
+        "boot": n_boot,
+        "tables": tables,
+        "figures": figures,
+        "errors": errors,
+    }
 
 
 def _staleness_section(root: Path, n_boot: int = 200) -> dict | None:
@@ -888,8 +931,16 @@ def _staleness_section(root: Path, n_boot: int = 200) -> dict | None:
                 Cell(r.censored or "—"),
             ]
         )
-    fits = Table("stale-fit", [Column("correction"), Column("slope (S ≥ 1)", "number"), Column("a", "number"),
-                               Column("b", "number"), Column("S_knee = a/b", "number")])  # fmt: skip
+    fits = Table(
+        "stale-fit",
+        [
+            Column("correction"),
+            Column("slope (S ≥ 1)", "number"),
+            Column("a", "number"),
+            Column("b", "number"),
+            Column("S_knee = a/b", "number"),
+        ],
+    )
     for corr, f in res["fits"].items():
         cells = [Cell(corr)]
         for k in ("slope", "a", "b", "S_knee"):
@@ -897,19 +948,39 @@ def _staleness_section(root: Path, n_boot: int = 200) -> dict | None:
             cells.append(Cell(f"{f['fit'][k]:.3g} [{lo:.3g}, {hi:.3g}]", _key(f["fit"][k])))
         fits.rows.append(cells)
     alarm = res["alarm"]
-    note = (f"ESS < {res['threshold']:g} before collapse: hit rate {alarm['hit_rate']:.2f}, false-alarm rate "
-            f"{alarm['false_alarm_rate']:.2f}, median lead {alarm['median_lead']:g} steps" if alarm else "no ESS logged")  # fmt: skip
+    note = (
+        f"ESS < {res['threshold']:g} before collapse: hit rate {alarm['hit_rate']:.2f}, false-alarm rate "
+        f"{alarm['false_alarm_rate']:.2f}, median lead {alarm['median_lead']:g} steps"
+        if alarm
+        else "no ESS logged"
+    )
     figures = [
         (caption, Markup(svg)) for caption, svg in str_.figures(runs, histories, res, root / "figures")
     ]
-    return {"tables": [{"caption": "η_max per lag and correction", "table": t},
-                       {"caption": "Fit of η_max(S) = min(a/S, b), with 95% seed-bootstrap intervals", "table": fits}],
-            "note": note, "figures": figures, "runs": len(runs), "collapsed": int(runs["collapsed"].sum())}  # fmt: skip
+    return {
+        "tables": [
+            {"caption": "η_max per lag and correction", "table": t},
+            {"caption": "Fit of η_max(S) = min(a/S, b), with 95% seed-bootstrap intervals", "table": fits},
+        ],
+        "note": note,
+        "figures": figures,
+        "runs": len(runs),
+        "collapsed": int(runs["collapsed"].sum()),
+    }
 
 
 def _fits_table(subset: str, fits: pd.DataFrame) -> Table:
-    t = Table(f"iso-fits-{subset}", [Column("n", "number"), Column("lo", "number"), Column("hi", "number"),
-              Column("C_mid", "number"), Column("slope", "number"), Column("rmse", "number")])  # fmt: skip
+    t = Table(
+        f"iso-fits-{subset}",
+        [
+            Column("n", "number"),
+            Column("lo", "number"),
+            Column("hi", "number"),
+            Column("C_mid", "number"),
+            Column("slope", "number"),
+            Column("rmse", "number"),
+        ],
+    )
     for r in fits.itertuples():
         vals = (r.lo, r.hi, math.exp(r.mid), r.slope, r.rmse)
         t.rows.append([Cell(str(r.n), _key(r.n))] + [Cell(f"{v:.3g}", _key(v)) for v in vals])
@@ -923,8 +994,13 @@ def _n_star_table(subset: str, r: dict) -> Table:
     fit, ci = r["n_star"]["fit"], r["n_star"]["ci"]
     for key in ("n_lo", "n_hi", "C_mid", "slope"):
         interval = ci.get(key)
-        t.rows.append([Cell(key), Cell(f"{fit[key]:.3g}", _key(fit[key])),
-                       Cell(f"[{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "—")])  # fmt: skip
+        t.rows.append(
+            [
+                Cell(key),
+                Cell(f"{fit[key]:.3g}", _key(fit[key])),
+                Cell(f"[{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "—"),
+            ]
+        )
     t.rows.append(
         [
             Cell("replicates (failed)"),
@@ -961,8 +1037,19 @@ def _matched_table(res: dict) -> Table:
             *(f"{share.get(f, math.nan):.2f}" for f in ("n", "B_p", "residual")),
         ]
         for p in r.get("paired") or [{}]:
-            tail = ([f"{p['kind']}@{res['k']}", f"{p['n_a']} → {p['n_b']}", f"{p['a']:.3f}", f"{p['b']:.3f}",
-                     f"{p['delta']:+.3f}", f"{p['p']:.2g}", f"{p['b_wins']}/{p['a_wins']}"] if p else ["—"] * 7)  # fmt: skip
+            tail = (
+                [
+                    f"{p['kind']}@{res['k']}",
+                    f"{p['n_a']} → {p['n_b']}",
+                    f"{p['a']:.3f}",
+                    f"{p['b']:.3f}",
+                    f"{p['delta']:+.3f}",
+                    f"{p['p']:.2g}",
+                    f"{p['b_wins']}/{p['a_wins']}",
+                ]
+                if p
+                else ["—"] * 7
+            )
             t.rows.append([Cell(v) for v in head + tail])
     return t
 

@@ -209,8 +209,12 @@ def _newer(a: dict, b: dict, strict: bool) -> dict:
     if strict:
         raise ValueError(f"{pb}: run_id {b['run_id']!r} already used by {pa}")
     kept, passed = (b, pa) if pb.stat().st_mtime >= pa.stat().st_mtime else (a, pb)
-    warnings.warn(f"{passed}: run_id {b['run_id']!r} also recorded in {kept['_dir'] / 'run.json'}, which is "
-                  "newer and kept (skipped)", BadRecordWarning, stacklevel=3)  # fmt: skip
+    warnings.warn(
+        f"{passed}: run_id {b['run_id']!r} also recorded in {kept['_dir'] / 'run.json'}, which is "
+        "newer and kept (skipped)",
+        BadRecordWarning,
+        stacklevel=3,
+    )
     return kept
 
 

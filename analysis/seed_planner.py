@@ -59,9 +59,15 @@ def welch_power(delta: float, sd_a: float, sd_b: float, n_a: int, n_b: int, alph
 
 
 def required_seeds(
-    delta: float, sd_a: float, sd_b: float | None = None, *, alpha: float = 0.05, power: float = 0.8,
-    m: int = 1, max_n: int = 10_000,
-) -> int:  # fmt: skip
+    delta: float,
+    sd_a: float,
+    sd_b: float | None = None,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    m: int = 1,
+    max_n: int = 10_000,
+) -> int:
     """The smallest n >= 2 seeds per arm with :func:`welch_power` >= ``power`` at level ``alpha / m``
     (Bonferroni over m comparisons); ``max_n + 1`` when even ``max_n`` is not enough."""
     sd_b = sd_a if sd_b is None else sd_b
@@ -143,8 +149,9 @@ def sequential_boundaries(
     cum = spent(t, alpha, spending)
     if spending == "bonferroni":
         p = np.full(len(n), alpha / len(n))
-        return pd.DataFrame({"n": n.astype(int), "t": t, "alpha_spent": cum, "z": stats.norm.isf(p / 2),
-                             "p_nominal": p})  # fmt: skip
+        return pd.DataFrame(
+            {"n": n.astype(int), "t": t, "alpha_spent": cum, "z": stats.norm.isf(p / 2), "p_nominal": p}
+        )
     rng = np.random.default_rng(seed)
     steps = rng.standard_normal((n_sims, len(n))) * np.sqrt(np.diff(np.r_[0.0, t]))
     z = np.abs(np.cumsum(steps, axis=1)) / np.sqrt(t)
@@ -201,9 +208,16 @@ def _once(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def plan(
-    df: pd.DataFrame, baseline: str, delta: float, *, metric: str = "accuracy", alpha: float = 0.05,
-    power: float = 0.8, sd_quantile: float | None = None, by: Sequence[str] = ("scale",),
-) -> pd.DataFrame:  # fmt: skip
+    df: pd.DataFrame,
+    baseline: str,
+    delta: float,
+    *,
+    metric: str = "accuracy",
+    alpha: float = 0.05,
+    power: float = 0.8,
+    sd_quantile: float | None = None,
+    by: Sequence[str] = ("scale",),
+) -> pd.DataFrame:
     """Per group and arm against ``baseline`` (Welch, Bonferroni over the group's m comparisons): the
     pilot ``n`` and SDs (their upper ``sd_quantile`` confidence limits if given), the observed difference,
     the power the pilot's n has for ``delta`` (``power_now``), and the seeds per arm needed to detect
@@ -220,20 +234,37 @@ def plan(
             if sd_quantile is not None:
                 sda, sdb = sd_upper(sda, a.n, sd_quantile), sd_upper(sdb, int(b["n"]), sd_quantile)
             observed = a.mean - b["mean"]
-            rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "method": a.method,
-                         "baseline": baseline, "n_pilot": int(min(a.n, b["n"])), "sd": sda, "sd_baseline": sdb,
-                         "observed": observed, "m": m, "alpha_each": alpha / m,
-                         "power_now": welch_power(delta, sda, sdb, a.n, int(b["n"]), alpha / m),
-                         "n_for_delta": required_seeds(delta, sda, sdb, alpha=alpha, power=power, m=m),
-                         "n_for_observed": required_seeds(observed, sda, sdb, alpha=alpha, power=power, m=m)
-                         if observed else math.inf})  # fmt: skip
+            rows.append(
+                {
+                    **dict(zip(by, key if isinstance(key, tuple) else (key,))),
+                    "method": a.method,
+                    "baseline": baseline,
+                    "n_pilot": int(min(a.n, b["n"])),
+                    "sd": sda,
+                    "sd_baseline": sdb,
+                    "observed": observed,
+                    "m": m,
+                    "alpha_each": alpha / m,
+                    "power_now": welch_power(delta, sda, sdb, a.n, int(b["n"]), alpha / m),
+                    "n_for_delta": required_seeds(delta, sda, sdb, alpha=alpha, power=power, m=m),
+                    "n_for_observed": required_seeds(observed, sda, sdb, alpha=alpha, power=power, m=m)
+                    if observed
+                    else math.inf,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def sequential_decisions(
-    df: pd.DataFrame, baseline: str, looks: Sequence[int], *, metric: str = "accuracy", alpha: float = 0.05,
-    spending: str = "obrien-fleming", by: Sequence[str] = ("scale",),
-) -> pd.DataFrame:  # fmt: skip
+    df: pd.DataFrame,
+    baseline: str,
+    looks: Sequence[int],
+    *,
+    metric: str = "accuracy",
+    alpha: float = 0.05,
+    spending: str = "obrien-fleming",
+    by: Sequence[str] = ("scale",),
+) -> pd.DataFrame:
     """Per group and arm against ``baseline``: the sequential plan's state on the seeds run so far. α is
     split over the group's m pairs (Bonferroni) and over each pair's looks by ``spending``
     (:func:`sequential_boundaries`); each look tests the first n_k seeds (by seed number) of both arms.
@@ -249,8 +280,16 @@ def sequential_decisions(
         for arm in arms:
             x = g[g["method"] == arm].sort_values("seed")[metric].to_numpy(float)
             row = _sequential_row(x, base, bounds)
-            rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "method": arm, "baseline": baseline,
-                         "seeds": int(min(len(x), len(base))), "m": len(arms), **row})  # fmt: skip
+            rows.append(
+                {
+                    **dict(zip(by, key if isinstance(key, tuple) else (key,))),
+                    "method": arm,
+                    "baseline": baseline,
+                    "seeds": int(min(len(x), len(base))),
+                    "m": len(arms),
+                    **row,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -270,35 +309,53 @@ def _sequential_row(x: np.ndarray, base: np.ndarray, bounds: pd.DataFrame) -> di
 
 
 def plan_text(
-    directory: str | None, *, baseline: str = "dpo", delta: float = 0.05, power: float = 0.8, alpha: float = 0.05,
-    metric: str = "accuracy", sd: Sequence[float] = (), comparisons: int = 1, looks: Sequence[int] = (3, 5, 8, 12),
-    spending: str = "obrien-fleming", sd_quantile: float | None = None,
-) -> str:  # fmt: skip
+    directory: str | None,
+    *,
+    baseline: str = "dpo",
+    delta: float = 0.05,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    metric: str = "accuracy",
+    sd: Sequence[float] = (),
+    comparisons: int = 1,
+    looks: Sequence[int] = (3, 5, 8, 12),
+    spending: str = "obrien-fleming",
+    sd_quantile: float | None = None,
+) -> str:
     """What ``oxbench plan-seeds`` prints: from ``sd`` (one or two seed SDs; ``comparisons`` = m) or from the
     pilot records under ``directory``, the seeds per arm to detect ``delta`` at α/m with ``power``, the
     sequential plan's boundaries and, for records, each pair's sequential decision. Bad input: ValueError."""
     if not 0 < alpha < 1 or not 0 < power < 1 or delta <= 0 or spending not in SPENDING:
         raise ValueError(f"need 0 < alpha, power < 1, delta > 0 and spending in {SPENDING}")
     m = comparisons
-    lines = [f"Welch's two-sided t-test, unit of replication: seeds; α = {alpha:g} split by Bonferroni; "
-             f"difference to detect δ = {100 * delta:g} points; power {power:g}."]  # fmt: skip
+    lines = [
+        f"Welch's two-sided t-test, unit of replication: seeds; α = {alpha:g} split by Bonferroni; "
+        f"difference to detect δ = {100 * delta:g} points; power {power:g}."
+    ]
     df = None
     if sd:
         a, b = float(sd[0]), float(sd[-1])
         n = required_seeds(delta, a, b, alpha=alpha, power=power, m=m)
-        lines.append(f"σ = {100 * a:g} and {100 * b:g} points, m = {m}: {n} seeds per arm "
-                     f"(power there {welch_power(delta, a, b, n, n, alpha / m):.3f}).")  # fmt: skip
+        lines.append(
+            f"σ = {100 * a:g} and {100 * b:g} points, m = {m}: {n} seeds per arm "
+            f"(power there {welch_power(delta, a, b, n, n, alpha / m):.3f})."
+        )
     else:
         df, m, fixed = _pilot_plan(directory, baseline, delta, metric, alpha, power, sd_quantile)
         lines += fixed
     bounds = sequential_boundaries(looks, alpha / m, spending)
-    lines += ["", f"Sequential design ({spending} spending of α/m = {alpha / m:.3g} per pair over looks at "
-              f"{', '.join(map(str, bounds['n']))} seeds per arm; a pair that crosses stops getting seeds):",
-              bounds.to_string(index=False, float_format=lambda v: f"{v:.3g}")]  # fmt: skip
+    lines += [
+        "",
+        f"Sequential design ({spending} spending of α/m = {alpha / m:.3g} per pair over looks at "
+        f"{', '.join(map(str, bounds['n']))} seeds per arm; a pair that crosses stops getting seeds):",
+        bounds.to_string(index=False, float_format=lambda v: f"{v:.3g}"),
+    ]
     if sd:
         h1, h0 = (simulate_sequential(bounds, d, a, b, n_sims=20_000) for d in (delta, 0.0))
-        lines.append(f"Simulated (20,000 studies of one pair): power {h1['reject']:.3f} with "
-                     f"{h1['expected_n']:.1f} seeds per arm on average; error rate at δ = 0: {h0['reject']:.4f}.")  # fmt: skip
+        lines.append(
+            f"Simulated (20,000 studies of one pair): power {h1['reject']:.3f} with "
+            f"{h1['expected_n']:.1f} seeds per arm on average; error rate at δ = 0: {h0['reject']:.4f}."
+        )
     else:
         dec = sequential_decisions(df, baseline, looks, metric=metric, alpha=alpha, spending=spending)
         lines += [
@@ -309,8 +366,15 @@ def plan_text(
     return "\n".join(lines)
 
 
-def _pilot_plan(directory: str | None, baseline: str, delta: float, metric: str, alpha: float, power: float,
-                sd_quantile: float | None) -> tuple[pd.DataFrame, int, list[str]]:  # fmt: skip
+def _pilot_plan(
+    directory: str | None,
+    baseline: str,
+    delta: float,
+    metric: str,
+    alpha: float,
+    power: float,
+    sd_quantile: float | None,
+) -> tuple[pd.DataFrame, int, list[str]]:
     """The pilot records under ``directory``, the number of comparisons m they hold, and the fixed design's
     lines: the seeds per arm each pair needs (ValueError where there are none to plan from)."""
     if directory is None:
@@ -321,8 +385,11 @@ def _pilot_plan(directory: str | None, baseline: str, delta: float, metric: str,
     table = plan(df, baseline, delta, metric=metric, alpha=alpha, power=power, sd_quantile=sd_quantile)
     if table.empty:
         raise ValueError(f"{directory}: no arm beside a baseline {baseline!r} with {metric!r}")
-    lines = ["", "Fixed design, from the pilot seeds (σ in points; n_for_delta / n_for_observed: seeds per arm):",
-             _fmt_table(table, ("sd", "sd_baseline", "observed"))]  # fmt: skip
+    lines = [
+        "",
+        "Fixed design, from the pilot seeds (σ in points; n_for_delta / n_for_observed: seeds per arm):",
+        _fmt_table(table, ("sd", "sd_baseline", "observed")),
+    ]
     return df, int(table["m"].max()), lines
 
 

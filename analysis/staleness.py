@@ -55,20 +55,33 @@ def load_stability(root: str | Path, *, reward: str = "reward_mean") -> pd.DataF
             if k not in ("online.staleness", "train.lr", "scale", "lora")
         }
         history = read_metrics(rec["_dir"] / "metrics.jsonl")
-        rows.append({"run_id": rec["run_id"], "S": cfg["online"].get("staleness", 0), "lr": cfg["train"]["lr"],
-                     "correction": " ".join(f"{k}={v}" for k, v in sorted(arm.items())) or rec["method"],
-                     "source": cfg["online"].get("source", "sync"), "seed": rec["seed"], "collapsed": collapse is not None,
-                     "collapse_step": collapse["step"] if collapse else math.nan,
-                     "reward": history[-1].get(reward, math.nan) if history else math.nan,
-                     **{k: (rec.get("metrics") or {}).get(k, math.nan)
-                        for k in ("accuracy", "accuracy_flexible", "base_accuracy_flexible")}})  # fmt: skip
+        rows.append(
+            {
+                "run_id": rec["run_id"],
+                "S": cfg["online"].get("staleness", 0),
+                "lr": cfg["train"]["lr"],
+                "correction": " ".join(f"{k}={v}" for k, v in sorted(arm.items())) or rec["method"],
+                "source": cfg["online"].get("source", "sync"),
+                "seed": rec["seed"],
+                "collapsed": collapse is not None,
+                "collapse_step": collapse["step"] if collapse else math.nan,
+                "reward": history[-1].get(reward, math.nan) if history else math.nan,
+                **{
+                    k: (rec.get("metrics") or {}).get(k, math.nan)
+                    for k in ("accuracy", "accuracy_flexible", "base_accuracy_flexible")
+                },
+            }
+        )
     return pd.DataFrame(rows, columns=STABILITY_COLUMNS)
 
 
 def load_histories(root: str | Path) -> pd.DataFrame:
     """Every logged step of every finished online run: ``run_id`` plus the metrics row."""
-    frames = [pd.DataFrame(read_metrics(rec["_dir"] / "metrics.jsonl")).assign(run_id=rec["run_id"])
-              for rec in _records(root) if rec["status"] == "finished" and rec.get("paradigm") == "online"]  # fmt: skip
+    frames = [
+        pd.DataFrame(read_metrics(rec["_dir"] / "metrics.jsonl")).assign(run_id=rec["run_id"])
+        for rec in _records(root)
+        if rec["status"] == "finished" and rec.get("paradigm") == "online"
+    ]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "step"])
 
 
@@ -168,11 +181,22 @@ def ess_lead_time(
         low = h.loc[h[metric] < threshold, "step"]
         alarm = float(low.iloc[0]) if len(low) else math.nan
         lead = r.collapse_step - alarm if r.collapsed and not math.isnan(alarm) else math.nan
-        rows.append({"run_id": r.run_id, "collapsed": r.collapsed, "collapse_step": r.collapse_step,
-                     "alarm_step": alarm, "lead": lead, "hit": bool(r.collapsed and lead >= 0)})  # fmt: skip
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "collapsed": r.collapsed,
+                "collapse_step": r.collapse_step,
+                "alarm_step": alarm,
+                "lead": lead,
+                "hit": bool(r.collapsed and lead >= 0),
+            }
+        )
     table = pd.DataFrame(rows, columns=["run_id", "collapsed", "collapse_step", "alarm_step", "lead", "hit"])
     collapsed, stable = table[table["collapsed"]], table[~table["collapsed"]]
     hits = collapsed[collapsed["hit"]]
-    return {"table": table, "hit_rate": float(collapsed["hit"].mean()) if len(collapsed) else math.nan,
-            "false_alarm_rate": float(stable["alarm_step"].notna().mean()) if len(stable) else math.nan,
-            "median_lead": float(hits["lead"].median()) if len(hits) else math.nan}  # fmt: skip
+    return {
+        "table": table,
+        "hit_rate": float(collapsed["hit"].mean()) if len(collapsed) else math.nan,
+        "false_alarm_rate": float(stable["alarm_step"].notna().mean()) if len(stable) else math.nan,
+        "median_lead": float(hits["lead"].median()) if len(hits) else math.nan,
+    }

@@ -44,9 +44,16 @@ def shared_runs(labels: pd.DataFrame) -> pd.DataFrame:
     """One row per fingerprint carried by more than one record: ``fingerprint``, ``records``, the
     ``run_ids``, the ``corrections`` and ``S`` values it appears under (identical runs: count once)."""
     groups = labels.groupby("fingerprint").filter(lambda g: len(g) > 1).groupby("fingerprint")
-    rows = [{"fingerprint": fp, "records": len(g), "run_ids": " ".join(g["run_id"]),
-             "corrections": " | ".join(sorted(g["correction"].unique())), "S": sorted(g["S"].unique())}
-            for fp, g in groups]  # fmt: skip
+    rows = [
+        {
+            "fingerprint": fp,
+            "records": len(g),
+            "run_ids": " ".join(g["run_id"]),
+            "corrections": " | ".join(sorted(g["correction"].unique())),
+            "S": sorted(g["S"].unique()),
+        }
+        for fp, g in groups
+    ]
     return pd.DataFrame(rows, columns=["fingerprint", "records", "run_ids", "corrections", "S"])
 
 
@@ -118,10 +125,21 @@ def eta_brackets(labels: pd.DataFrame, *, label: str = "failed", effective: bool
         p = g["stable"].to_numpy(float)
         lo, hi = _bracket(lrs, p)
         split = bool(((p > 0) & (p < 1) & ((lrs == lo) | (lrs == hi))).any())
-        rows.append({"correction": corr, "S": s, "lr_axis": "effective" if effective else "nominal",
-                     **_crossing(lrs, p), "lo": lo, "hi": hi, "split": split, "cells": len(g),
-                     "seeds": int(g["seeds"].sum()),
-                     "shared": _shared(labels, corr, s), "identical": _identical(labels, corr, s)})  # fmt: skip
+        rows.append(
+            {
+                "correction": corr,
+                "S": s,
+                "lr_axis": "effective" if effective else "nominal",
+                **_crossing(lrs, p),
+                "lo": lo,
+                "hi": hi,
+                "split": split,
+                "cells": len(g),
+                "seeds": int(g["seeds"].sum()),
+                "shared": _shared(labels, corr, s),
+                "identical": _identical(labels, corr, s),
+            }
+        )
     return pd.DataFrame(rows, columns=BRACKET_COLUMNS)
 
 
@@ -171,9 +189,15 @@ def slope_intervals(table: pd.DataFrame) -> dict:
 
 
 def bootstrap_slope(
-    labels: pd.DataFrame, correction: str, *, label: str = "failed", effective: bool = False,
-    n_boot: int = 2000, seed: int = 0, ci: float = 0.95,
-) -> dict:  # fmt: skip
+    labels: pd.DataFrame,
+    correction: str,
+    *,
+    label: str = "failed",
+    effective: bool = False,
+    n_boot: int = 2000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> dict:
     """The percentile interval of the slope of log η_max in log S (S >= 1) for one correction, over
     ``n_boot`` resamples of the seeds within each (S, η) cell (each cell's η axis, nominal or effective,
     held at its point value). Replicates whose slope is undefined are counted in ``failed``."""
@@ -189,8 +213,14 @@ def bootstrap_slope(
     rng, x = np.random.default_rng(seed), np.array([p[0] for p in per_s])
     slopes = []
     for _ in range(n_boot):
-        y = [math.log(_crossing(lrs, np.array([1 - f[rng.integers(0, len(f), len(f))].mean() for f in flags]))
-                      ["eta_max"]) for _, lrs, flags in per_s]  # fmt: skip
+        y = [
+            math.log(
+                _crossing(lrs, np.array([1 - f[rng.integers(0, len(f), len(f))].mean() for f in flags]))[
+                    "eta_max"
+                ]
+            )
+            for _, lrs, flags in per_s
+        ]
         slopes.append(_ols_slope(x, np.array(y)))
     q = [(1 - ci) / 2 * 100, (1 + ci) / 2 * 100]
     good = np.array([v for v in slopes if math.isfinite(v)])

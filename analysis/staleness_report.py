@@ -48,8 +48,15 @@ def stability_figure(runs: pd.DataFrame, corr: str, out_dir) -> str:
         for j in range(len(lrs)):
             v = reward.iat[i, j]
             ax.text(j, i, "" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=7)
-    ax.set(xticks=range(len(lrs)), xticklabels=[f"{x:g}" for x in lrs], yticks=range(len(ss)), yticklabels=ss,
-           xlabel="learning rate η", ylabel="staleness S", title=f"{corr}: share collapsed (text: final reward)")  # fmt: skip
+    ax.set(
+        xticks=range(len(lrs)),
+        xticklabels=[f"{x:g}" for x in lrs],
+        yticks=range(len(ss)),
+        yticklabels=ss,
+        xlabel="learning rate η",
+        ylabel="staleness S",
+        title=f"{corr}: share collapsed (text: final reward)",
+    )
     fig.colorbar(im, ax=ax, shrink=0.8)
     return save(fig, f"stability_{_slug(corr)}", out_dir)
 
@@ -66,8 +73,13 @@ def eta_max_figure(res: dict, out_dir) -> str:
             f = res["fits"][corr]["fit"]
             grid = np.geomspace(0.5, max(1.0, g["S"].max()), 50)
             ax.plot(grid, np.minimum(f["a"] / grid, f["b"]), color=line.get_color(), lw=1)
-    ax.set(xscale="log", yscale="log", xlabel="staleness S (S = 0 at 0.5)", ylabel="η_max",
-           title="η_max(S) with min(a/S, b); x: censored")  # fmt: skip
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="staleness S (S = 0 at 0.5)",
+        ylabel="η_max",
+        title="η_max(S) with min(a/S, b); x: censored",
+    )
     ax.legend(fontsize=7)
     return save(fig, "eta_max", out_dir)
 
@@ -111,8 +123,10 @@ def figures(runs: pd.DataFrame, histories: pd.DataFrame, res: dict, out_dir) -> 
         for c in sorted(runs["correction"].unique())
     ]
     out.append(("η_max(S)", eta_max_figure(res, out_dir)))
-    for caption, svg in (("ESS before collapse", ess_figure(runs, histories, res["threshold"], out_dir)),
-                         ("Throughput by source", throughput_figure(histories, runs, out_dir))):  # fmt: skip
+    for caption, svg in (
+        ("ESS before collapse", ess_figure(runs, histories, res["threshold"], out_dir)),
+        ("Throughput by source", throughput_figure(histories, runs, out_dir)),
+    ):
         if svg:
             out.append((caption, svg))
     return out

@@ -85,9 +85,13 @@ def _pair(a: dict, b: dict) -> list[float]:
 
 
 def duplicate_arms(
-    df: pd.DataFrame, *, by: tuple[str, ...] = ("scale", "lora"),
-    metric: str = "accuracy", min_agreement: float = 0.99, prefer: tuple[str, ...] = ("sgrpo",),
-) -> pd.DataFrame:  # fmt: skip
+    df: pd.DataFrame,
+    *,
+    by: tuple[str, ...] = ("scale", "lora"),
+    metric: str = "accuracy",
+    min_agreement: float = 0.99,
+    prefer: tuple[str, ...] = ("sgrpo",),
+) -> pd.DataFrame:
     """Per group of ``by``: each arm that repeats another (module doc), one row per duplicate with
     :data:`DUPLICATE_COLUMNS`: the arm ``kept`` (an arm of ``prefer`` if one is in the set, else the
     first by name), the ``duplicate``, the shared ``seeds``, the lowest per-seed agreement, whether
@@ -115,9 +119,17 @@ def duplicate_arms(
             for m in members:
                 if m != kept:
                     values = agree.get(tuple(sorted((kept, m))), [np.nan])
-                    rows.append({**dict(zip(cols, key if isinstance(key, tuple) else (key,))), "kept": kept,
-                                 "duplicate": m, "seeds": len(arms[m]), "min_agreement": float(np.min(values)),
-                                 "identical": bool(np.min(values) == 1.0), "run_ids": sorted(arms[m]["run_id"])})  # fmt: skip
+                    rows.append(
+                        {
+                            **dict(zip(cols, key if isinstance(key, tuple) else (key,))),
+                            "kept": kept,
+                            "duplicate": m,
+                            "seeds": len(arms[m]),
+                            "min_agreement": float(np.min(values)),
+                            "identical": bool(np.min(values) == 1.0),
+                            "run_ids": sorted(arms[m]["run_id"]),
+                        }
+                    )
     return pd.DataFrame(rows, columns=[*cols, *DUPLICATE_COLUMNS])
 
 
@@ -147,5 +159,7 @@ def duplicate_note(duplicates: pd.DataFrame) -> str | None:
             else f"≥ {100 * r.min_agreement:.1f}% of test completions identical"
         )
         parts.append(f"{r.duplicate} repeats {r.kept}{where} seed for seed ({how}, {r.seeds} seeds)")
-    return ("; ".join(parts) + ". Each set counts once (as the arm it repeats) in method spreads and η²; "
-            "the leaderboard keeps both rows.")  # fmt: skip
+    return (
+        "; ".join(parts) + ". Each set counts once (as the arm it repeats) in method spreads and η²; "
+        "the leaderboard keeps both rows."
+    )

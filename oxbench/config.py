@@ -545,8 +545,11 @@ class OnlineConfig(Strict):
             )
         if self.source == "sync" and self.staleness:
             raise ValueError("online.staleness needs online.source 'delayed' or 'async'")
-        placed = [k for k in ("vllm_placement", "vllm_devices", "vllm_memory")
-                  if getattr(self, k) != type(self).model_fields[k].default]  # fmt: skip
+        placed = [
+            k
+            for k in ("vllm_placement", "vllm_devices", "vllm_memory")
+            if getattr(self, k) != type(self).model_fields[k].default
+        ]
         if placed and self.backend != "vllm":
             raise ValueError(f"online.{placed[0]} needs online.backend 'vllm' (got {self.backend!r})")
         return self

@@ -28,8 +28,17 @@ import losses
 from losses import LossInputs, LossSpec
 
 DTYPE = torch.float64
-REF_FIELDS = ("ref_chosen_logps", "ref_rejected_logps", "ref_chosen_token_logps", "ref_rejected_token_logps",
-              "ref_logps", "ref_kl_logps", "ref_token_logps", "ref_chosen_logits", "ref_rejected_logits")  # fmt: skip
+REF_FIELDS = (
+    "ref_chosen_logps",
+    "ref_rejected_logps",
+    "ref_chosen_token_logps",
+    "ref_rejected_token_logps",
+    "ref_logps",
+    "ref_kl_logps",
+    "ref_token_logps",
+    "ref_chosen_logits",
+    "ref_rejected_logits",
+)
 LOGIT_FIELDS = ("chosen_logits", "rejected_logits", "ref_chosen_logits", "ref_rejected_logits")
 VALUE_FIELDS = ("values", "old_values")
 
@@ -51,14 +60,23 @@ def pair_inputs(seed: int = 0) -> LossInputs:
     ctok, rtok = tok(logits[0], 0, cmask), tok(logits[1], 1, rmask)
     ref_c, ref_r = tok(refs[0], 0, cmask), tok(refs[1], 1, rmask)
     return LossInputs(
-        chosen_logps=ctok.sum(-1), rejected_logps=rtok.sum(-1),
-        chosen_token_logps=ctok, rejected_token_logps=rtok, chosen_mask=cmask, rejected_mask=rmask,
-        ref_chosen_logps=ref_c.sum(-1), ref_rejected_logps=ref_r.sum(-1),
-        ref_chosen_token_logps=ref_c, ref_rejected_token_logps=ref_r,
-        chosen_logits=logits[0], rejected_logits=logits[1], ref_chosen_logits=refs[0], ref_rejected_logits=refs[1],
+        chosen_logps=ctok.sum(-1),
+        rejected_logps=rtok.sum(-1),
+        chosen_token_logps=ctok,
+        rejected_token_logps=rtok,
+        chosen_mask=cmask,
+        rejected_mask=rmask,
+        ref_chosen_logps=ref_c.sum(-1),
+        ref_rejected_logps=ref_r.sum(-1),
+        ref_chosen_token_logps=ref_c,
+        ref_rejected_token_logps=ref_r,
+        chosen_logits=logits[0],
+        rejected_logits=logits[1],
+        ref_chosen_logits=refs[0],
+        ref_rejected_logits=refs[1],
         chosen_rewards=torch.tensor([1.0, 1.0, 0.8], dtype=DTYPE),
         rejected_rewards=torch.tensor([0.0, 0.5, 0.1], dtype=DTYPE),
-    )  # fmt: skip
+    )
 
 
 def completion_inputs(seed: int, b: int = 4, t: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,10 +92,14 @@ def unpaired_inputs(seed: int = 0) -> LossInputs:
     g = torch.Generator().manual_seed(seed + 1)
     seq = (logps * mask).sum(-1)
     return LossInputs(
-        logps=seq, token_logps=logps, mask=mask, labels=torch.tensor([True, False, True, False]),
+        logps=seq,
+        token_logps=logps,
+        mask=mask,
+        labels=torch.tensor([True, False, True, False]),
         ref_logps=seq.detach() - torch.rand(4, generator=g, dtype=DTYPE),
-        kl_logps=seq.detach() - 0.3, ref_kl_logps=seq.detach() - 0.5,
-    )  # fmt: skip
+        kl_logps=seq.detach() - 0.3,
+        ref_kl_logps=seq.detach() - 0.5,
+    )
 
 
 def sft_inputs(seed: int = 0) -> LossInputs:
@@ -93,12 +115,20 @@ def online_inputs(seed: int = 0) -> LossInputs:
     noise = lambda: torch.randn(4, 3, generator=g, dtype=DTYPE) * 0.1 * mask  # noqa: E731
     values = (noise() + 0.5 * mask).requires_grad_()
     return LossInputs(
-        token_logps=logps, mask=mask, logps=(logps * mask).sum(-1),
-        old_token_logps=logps.detach() + noise(), ref_token_logps=logps.detach() + noise(),
-        rewards=torch.tensor([1.0, 0.0, 0.5, 1.0], dtype=DTYPE), group_ids=torch.tensor([0, 0, 1, 1]),
-        values=values, old_values=values.detach() + noise(), token_entropy=(noise().abs() + 1.0) * mask,
-        policy_versions=torch.tensor([2, 2, 3, 3]), current_version=3, max_completion_length=5,
-    )  # fmt: skip
+        token_logps=logps,
+        mask=mask,
+        logps=(logps * mask).sum(-1),
+        old_token_logps=logps.detach() + noise(),
+        ref_token_logps=logps.detach() + noise(),
+        rewards=torch.tensor([1.0, 0.0, 0.5, 1.0], dtype=DTYPE),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        values=values,
+        old_values=values.detach() + noise(),
+        token_entropy=(noise().abs() + 1.0) * mask,
+        policy_versions=torch.tensor([2, 2, 3, 3]),
+        current_version=3,
+        max_completion_length=5,
+    )
 
 
 def inputs_for(spec: LossSpec, seed: int = 0) -> LossInputs:
@@ -204,9 +234,13 @@ def rule_trains(spec: LossSpec) -> str | None:
     tok = build_char_tokenizer()
     torch.manual_seed(0)
     model = build_tiny("tiny-xs", len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    cfg = RunConfig(method=spec.name, model={"name": "tiny-xs"}, data={"max_len": 128},
-                    train={"batch_size": 4, "max_steps": 3, "lr": 1e-3, "warmup_ratio": 0.0},
-                    online={"n": 4, "prompts_per_batch": 2, "rounds": 3, "max_new_tokens": 12})  # fmt: skip
+    cfg = RunConfig(
+        method=spec.name,
+        model={"name": "tiny-xs"},
+        data={"max_len": 128},
+        train={"batch_size": 4, "max_steps": 3, "lr": 1e-3, "warmup_ratio": 0.0},
+        online={"n": 4, "prompts_per_batch": 2, "rounds": 3, "max_new_tokens": 12},
+    )
     before = [p.detach().clone() for p in model.parameters()]
     probs = arith.generate("train", 16, seed=0, max_operand=9)
     plan = plan_of(cfg, spec, spec.resolve_hparams(), D.world_size())
@@ -227,14 +261,37 @@ def _offline_rows(spec: LossSpec, probs: list[dict]) -> list[dict]:
         return [{"id": p["id"], "question": p["question"], "completion": p["answer"]} for p in probs]
     wrong = [p["answer"].replace("####", "#### 1") for p in probs]
     if spec.data == "pairs":
-        return [{"id": p["id"], "question": p["question"], "chosen": p["answer"], "rejected": w,
-                 "chosen_reward": 1.0, "rejected_reward": 0.0} for p, w in zip(probs, wrong)]  # fmt: skip
-    return [{"id": f"{p['id']}/{lab}", "question": p["question"], "completion": p["answer"] if lab else w,
-             "label": lab} for p, w in zip(probs, wrong) for lab in (True, False)]  # fmt: skip
+        return [
+            {
+                "id": p["id"],
+                "question": p["question"],
+                "chosen": p["answer"],
+                "rejected": w,
+                "chosen_reward": 1.0,
+                "rejected_reward": 0.0,
+            }
+            for p, w in zip(probs, wrong)
+        ]
+    return [
+        {
+            "id": f"{p['id']}/{lab}",
+            "question": p["question"],
+            "completion": p["answer"] if lab else w,
+            "label": lab,
+        }
+        for p, w in zip(probs, wrong)
+        for lab in (True, False)
+    ]
 
 
-RULES = {"signature": rule_signature, "finite": rule_finite, "metrics": rule_metrics,
-         "deterministic": rule_deterministic, "capabilities": rule_capabilities, "trains": rule_trains}  # fmt: skip
+RULES = {
+    "signature": rule_signature,
+    "finite": rule_finite,
+    "metrics": rule_metrics,
+    "deterministic": rule_deterministic,
+    "capabilities": rule_capabilities,
+    "trains": rule_trains,
+}
 
 
 def check(spec: LossSpec, rules=tuple(RULES)) -> list[str]:

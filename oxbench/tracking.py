@@ -56,8 +56,15 @@ class WandB:
         import wandb
 
         settings = wandb.Settings(silent=True, console="off", init_timeout=60)
-        self.run = wandb.init(project=project, name=name, group=group, config=config, dir=str(run_dir),
-                              settings=settings, reinit="finish_previous")  # fmt: skip
+        self.run = wandb.init(
+            project=project,
+            name=name,
+            group=group,
+            config=config,
+            dir=str(run_dir),
+            settings=settings,
+            reinit="finish_previous",
+        )
         for section, x in X_AXIS.items():
             self.run.define_metric(f"{section}/{x}")
             self.run.define_metric(f"{section}/*", step_metric=f"{section}/{x}")
@@ -112,8 +119,15 @@ class Trackio:
         import trackio
 
         self.trackio = trackio
-        trackio.init(project=project, name=name, group=group, config=config, embed=False, auto_log_cpu=False,
-                     auto_log_gpu=False)  # fmt: skip
+        trackio.init(
+            project=project,
+            name=name,
+            group=group,
+            config=config,
+            embed=False,
+            auto_log_cpu=False,
+            auto_log_gpu=False,
+        )
 
     def log(self, section: str, row: dict, step: int) -> None:
         values = {f"{section}/{k}": v for k, v in numbers(row).items()}

@@ -40,7 +40,7 @@ def settings(cfg: RunConfig) -> dict:
         "max_new_tokens": o.max_new_tokens,
         "seed": cfg.seeds()["sampling"],
         "n_val": cfg.eval.n_val,
-    }  # fmt: skip  (the validation candidates measured beside the prompts)
+    }  # the validation candidates measured beside the prompts
 
 
 def difficulty_path(cfg: RunConfig, base_key: dict) -> Path:
@@ -65,10 +65,17 @@ def measure(
     chunks = range(0, len(rows), per_batch)
     for start in progress(chunks, f"{cfg.model.name}: difficulty (avg@{s['k']})", enabled=verbose):
         chunk = rows[start : start + per_batch]
-        groups = sample(model, tokenizer, [format_prompt(tokenizer, r["question"]) for r in chunk],
-                        max_new_tokens=s["max_new_tokens"], temperature=s["temperature"],
-                        num_return_sequences=s["k"], batch_size=per_batch,
-                        generator_seed=s["seed"] * 100_003 + start, backend=backend)  # fmt: skip
+        groups = sample(
+            model,
+            tokenizer,
+            [format_prompt(tokenizer, r["question"]) for r in chunk],
+            max_new_tokens=s["max_new_tokens"],
+            temperature=s["temperature"],
+            num_return_sequences=s["k"],
+            batch_size=per_batch,
+            generator_seed=s["seed"] * 100_003 + start,
+            backend=backend,
+        )
         for r, group in zip(chunk, groups):
             texts = tokenizer.batch_decode([g.completion_ids for g in group], skip_special_tokens=True)
             counts[r["id"]] = sum(is_correct(t, r["answer"], mode=s["grader"]) for t in texts)

@@ -30,8 +30,18 @@ from oxbench.tasks.grading import is_correct
 from oxbench.text import decode
 
 
-def train(plan: RunPlan, model, tokenizer, data: list[dict], *, logger=None, ckpt: C.Checkpointer | None = None,
-          ref_key: dict | None = None, reward_fn=is_correct, curve=None) -> tuple[object, TrainResult]:  # fmt: skip
+def train(
+    plan: RunPlan,
+    model,
+    tokenizer,
+    data: list[dict],
+    *,
+    logger=None,
+    ckpt: C.Checkpointer | None = None,
+    ref_key: dict | None = None,
+    reward_fn=is_correct,
+    curve=None,
+) -> tuple[object, TrainResult]:
     """Train ``model`` as ``plan`` says on ``data`` (an offline method's examples, an online method's
     prompts). Returns (engine, result). ``logger`` takes each metrics row; with ``ckpt`` the run resumes
     from its latest checkpoint and offers one at every step boundary (:mod:`oxbench.engine.checkpoint`).
@@ -44,8 +54,16 @@ def train(plan: RunPlan, model, tokenizer, data: list[dict], *, logger=None, ckp
     return _offline(plan, model, tokenizer, data, logger=logger, ref_key=ref_key, ckpt=ckpt)
 
 
-def _offline(plan: RunPlan, model, tokenizer, rows: list[dict], *, logger, ref_key: dict | None,
-             ckpt: C.Checkpointer | None) -> tuple[object, TrainResult]:  # fmt: skip
+def _offline(
+    plan: RunPlan,
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    logger,
+    ref_key: dict | None,
+    ckpt: C.Checkpointer | None,
+) -> tuple[object, TrainResult]:
     """A fixed dataset (``caps.data`` sft, pairs or unpaired). A reference that moves, or whose full logits
     the loss reads, is a frozen live copy; a fixed one is the initial policy's log-probs, cached once."""
     cfg, caps, run, t, start = plan.cfg, plan.caps, plan.run_id, plan.cfg.train, time.time()
@@ -53,15 +71,33 @@ def _offline(plan: RunPlan, model, tokenizer, rows: list[dict], *, logger, ref_k
     examples = encode_examples(caps.data, rows, tokenizer, cfg.data.max_len, kl_seed=plan.seeds["data"])
     if not examples:
         raise RuntimeError(f"run {run}: no training examples for data kind {caps.data!r}")
-    source = DatasetSource(examples, caps.data, seed=plan.seeds["data"], batch_size=t.batch_size,
-                           grad_accum=accum, epochs=t.epochs, max_steps=t.max_steps, run=run)  # fmt: skip
+    source = DatasetSource(
+        examples,
+        caps.data,
+        seed=plan.seeds["data"],
+        batch_size=t.batch_size,
+        grad_accum=accum,
+        epochs=t.epochs,
+        max_steps=t.max_steps,
+        run=run,
+    )
     live_ref = LiveReference(model) if caps.reference == "live" else None
     engine = build_engine(model, cfg, source.total_steps, grad_accum=accum)
     if caps.reference == "cached":
         source.cache_reference(engine.module, tokenizer.pad_token_id, ref_key or {"run": run})
-    learner = Learner(spec=plan.spec, hparams=plan.hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
-                      max_len=cfg.data.max_len, max_new_tokens=cfg.data.max_new_tokens, micro_batches=accum,
-                      run=run, check_reference=t.check_reference, caps=caps)  # fmt: skip
+    learner = Learner(
+        spec=plan.spec,
+        hparams=plan.hparams,
+        engine=engine,
+        tokenizer=tokenizer,
+        live_ref=live_ref,
+        max_len=cfg.data.max_len,
+        max_new_tokens=cfg.data.max_new_tokens,
+        micro_batches=accum,
+        run=run,
+        check_reference=t.check_reference,
+        caps=caps,
+    )
     loop = Loop(learner, source, run, log_every=t.log_every, logger=logger, ckpt=ckpt, start=start)
     return engine, loop.run_all()
 
@@ -95,20 +131,44 @@ def _online_learner(plan: RunPlan, engine, tokenizer, live_ref, worker, paths: d
     """The online learner: the plan's rollout micro-batches a step, the rollout worker's length limits,
     the importance-weight diagnostics and ESS learning rate of ``online``, and the forward ``paths`` took."""
     o = plan.cfg.online
-    return Learner(spec=plan.spec, hparams=plan.hparams, engine=engine, tokenizer=tokenizer, live_ref=live_ref,
-                   max_len=worker.max_len, max_new_tokens=o.max_new_tokens, micro_batches=plan.micro_batches,
-                   run=plan.run_id, diagnostic_is_cap=o.diagnostic_is_cap, ess_lr=o.ess_lr,
-                   ess_lr_base=o.ess_lr_base, share_prompt=paths["online.share_prompt"], caps=plan.caps)  # fmt: skip
+    return Learner(
+        spec=plan.spec,
+        hparams=plan.hparams,
+        engine=engine,
+        tokenizer=tokenizer,
+        live_ref=live_ref,
+        max_len=worker.max_len,
+        max_new_tokens=o.max_new_tokens,
+        micro_batches=plan.micro_batches,
+        run=plan.run_id,
+        diagnostic_is_cap=o.diagnostic_is_cap,
+        ess_lr=o.ess_lr,
+        ess_lr_base=o.ess_lr_base,
+        share_prompt=paths["online.share_prompt"],
+        caps=plan.caps,
+    )
 
 
 def _online_source(plan: RunPlan, prompts: list[dict], worker, engine, paths: dict, live_ref, reward_fn):
     """The plan's source: rollouts of ``prompts`` by ``worker`` with the engine's weights, graded by
     ``reward_fn``, seeded by the run's sampling and data seeds."""
     seeds, cfg = plan.seeds, plan.cfg
-    rounds = Rounds(online=cfg.online, prompts=prompts, worker=worker, weights=lambda: policy_weights(engine),
-                    reward_fn=reward_fn, sampling_seed=seeds["sampling"], data_seed=seeds["data"])  # fmt: skip
-    return make_source(plan.source, rounds, backend=paths["online.backend"], live_ref=live_ref,
-                       per_iteration=rounds_per_iteration(plan.caps, len(prompts), cfg))  # fmt: skip
+    rounds = Rounds(
+        online=cfg.online,
+        prompts=prompts,
+        worker=worker,
+        weights=lambda: policy_weights(engine),
+        reward_fn=reward_fn,
+        sampling_seed=seeds["sampling"],
+        data_seed=seeds["data"],
+    )
+    return make_source(
+        plan.source,
+        rounds,
+        backend=paths["online.backend"],
+        live_ref=live_ref,
+        per_iteration=rounds_per_iteration(plan.caps, len(prompts), cfg),
+    )
 
 
 def rounds_per_iteration(caps: Capabilities, n_prompts: int, cfg: RunConfig) -> int | None:
@@ -120,8 +180,17 @@ def rounds_per_iteration(caps: Capabilities, n_prompts: int, cfg: RunConfig) -> 
     return max(1, math.ceil(n_prompts / o.prompts_per_batch)) * o.pair_refresh_every
 
 
-def _online(plan: RunPlan, model, tokenizer, prompts: list[dict], *, logger, reward_fn, curve,
-            ckpt: C.Checkpointer | None) -> tuple[object, TrainResult]:  # fmt: skip
+def _online(
+    plan: RunPlan,
+    model,
+    tokenizer,
+    prompts: list[dict],
+    *,
+    logger,
+    reward_fn,
+    curve,
+    ckpt: C.Checkpointer | None,
+) -> tuple[object, TrainResult]:
     """The policy's own graded rollouts. Each round samples ``n`` rollouts for each of ``B_p`` prompts
     with the rollout worker's weights (which ones is the source's choice: the learner's every
     ``online.sync_every`` rounds, or those of S versions ago, or a producer's running ahead; every
@@ -140,7 +209,16 @@ def _online(plan: RunPlan, model, tokenizer, prompts: list[dict], *, logger, rew
     learner = _online_learner(plan, engine, tokenizer, live_ref, worker, paths)
     source = _online_source(plan, prompts, worker, engine, paths, live_ref, reward_fn)
     detector = CollapseDetector(**o.collapse.model_dump()) if o.collapse is not None else None
-    loop = Loop(learner, source, plan.run_id, log_every=cfg.train.log_every, logger=logger, detector=detector,
-                curve=curve, ckpt=ckpt, start=start)  # fmt: skip
+    loop = Loop(
+        learner,
+        source,
+        plan.run_id,
+        log_every=cfg.train.log_every,
+        logger=logger,
+        detector=detector,
+        curve=curve,
+        ckpt=ckpt,
+        start=start,
+    )
     loop.res.paths = paths
     return engine, loop.run_all()

@@ -138,8 +138,11 @@ def flatten(tree, tensors: dict[str, torch.Tensor], path: str = ""):
     if isinstance(tree, list):
         return [flatten(v, tensors, f"{path}/{i}") for i, v in enumerate(tree)]
     if isinstance(tree, dict):
-        return {"__dict__": [[flatten(k, tensors, path), flatten(v, tensors, f"{path}/{k}")]
-                             for k, v in tree.items()]}  # fmt: skip
+        return {
+            "__dict__": [
+                [flatten(k, tensors, path), flatten(v, tensors, f"{path}/{k}")] for k, v in tree.items()
+            ]
+        }
     raise TypeError(f"checkpoint state {path or '/'}: cannot store a {type(tree).__name__}")
 
 
@@ -180,9 +183,14 @@ def engine_state(engine) -> dict:
     of its own), AdamW's step, the schedule and the step counters. Any world size and ZeRO stage resume
     from it."""
     share, adam_step = U.full_state(engine)
-    return {"params": share, "adam_step": adam_step, "scheduler": engine.lr_scheduler.state_dict(),
-            "zero_stage": engine.zero_optimization_stage(), "grad_accum": engine.gradient_accumulation_steps(),
-            "counters": {k: getattr(engine, k) for k in ("global_steps", "global_samples")}}  # fmt: skip
+    return {
+        "params": share,
+        "adam_step": adam_step,
+        "scheduler": engine.lr_scheduler.state_dict(),
+        "zero_stage": engine.zero_optimization_stage(),
+        "grad_accum": engine.gradient_accumulation_steps(),
+        "counters": {k: getattr(engine, k) for k in ("global_steps", "global_samples")},
+    }
 
 
 def load_engine_state(engine, state: dict) -> None:
@@ -295,8 +303,11 @@ class Checkpointer:
         if D.is_main():
             with _writing(final, tmp):
                 files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-                layout = {"world_size": D.world_size(), "zero_stage": engine.get("zero_stage"),
-                          "grad_accum": engine.get("grad_accum")}  # fmt: skip
+                layout = {
+                    "world_size": D.world_size(),
+                    "zero_stage": engine.get("zero_stage"),
+                    "grad_accum": engine.get("grad_accum"),
+                }
                 manifest = {"step": step, "world_size": D.world_size(), "layout": layout, "files": files}
                 _write(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
                 shutil.rmtree(final, ignore_errors=True)

@@ -63,8 +63,13 @@ class Curve:
             self.model.load_state_dict(state, strict=False)
             with torch.no_grad():
                 metrics = validation_metrics(self.model, self.tokenizer, self.rows, self.cfg, seed=self.seed)
-            row = {"step": step, **{k: ledger.get(k, 0) for k in LEDGER}, **metrics,
-                   "n_val": len(self.rows), "eval_seconds": time.time() - start}  # fmt: skip
+            row = {
+                "step": step,
+                **{k: ledger.get(k, 0) for k in LEDGER},
+                **metrics,
+                "n_val": len(self.rows),
+                "eval_seconds": time.time() - start,
+            }
             with open(self.path, "a") as f:
                 f.write(json.dumps(row) + "\n")
                 f.flush()

@@ -186,10 +186,26 @@ class CollectiveTimeout(RuntimeError):
 
 
 # the torch.distributed calls (DeepSpeed's and oxbench's) whose timeout is raised as a CollectiveTimeout
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "gather", "scatter",
-               "gather_object", "scatter_object_list", "all_to_all", "all_to_all_single", "barrier", "send",
-               "recv")  # fmt: skip
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "gather",
+    "scatter",
+    "gather_object",
+    "scatter_object_list",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "send",
+    "recv",
+)
 TIMED_OUT_KEY = "oxbench/timed_out/"  # + rank: this rank's collective timed out (it is alive)
 GRACE_S = 2.0  # how long a rank that timed out waits for its live peers to say they timed out too
 _timeout_s: float | None = None
@@ -255,8 +271,11 @@ def _timeout_line(name: str, exc: BaseException) -> str:
     where = ", ".join(x for x in (via and f"DeepSpeed {via}", caller and f"from {caller}") if x)
     after = f"after {_timeout_s:g} s" if _timeout_s is not None else "after its timeout"
     silent = _silent_peers()
-    who = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} did not answer" if silent
-           else "its peers timed out too")  # fmt: skip
+    who = (
+        f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} did not answer"
+        if silent
+        else "its peers timed out too"
+    )
     detail = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(exc).split()))  # gloo's [file.cc:line] prefix
     return f"{name}{f' ({where})' if where else ''} timed out {after}: {who} ({detail})"
 
@@ -271,8 +290,11 @@ def _silent_peers() -> list[int]:
         deadline = time.monotonic() + GRACE_S
         while True:
             failed = store.get(FAILED_KEY).decode() if store.check([FAILED_KEY]) else ""
-            silent = [r for r in others if not store.check([f"{TIMED_OUT_KEY}{r}"])
-                      and not failed.startswith(f"rank {r}:")]  # fmt: skip
+            silent = [
+                r
+                for r in others
+                if not store.check([f"{TIMED_OUT_KEY}{r}"]) and not failed.startswith(f"rank {r}:")
+            ]
             if not silent or time.monotonic() > deadline:
                 return silent
             time.sleep(0.1)

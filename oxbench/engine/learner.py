@@ -176,9 +176,15 @@ class Learner:
         step at the last, the accumulation boundary)."""
         metrics, norm, spec = [], None, self.spec
         for i, chunk in enumerate(batch.examples):
-            inputs = build_offline_inputs(self.caps.data, self.engine, chunk, self.tokenizer.pad_token_id,
-                                          ref_cache=batch.reference, live_ref=self.live_ref,
-                                          needs_full_logits=self.caps.full_logits)  # fmt: skip
+            inputs = build_offline_inputs(
+                self.caps.data,
+                self.engine,
+                chunk,
+                self.tokenizer.pad_token_id,
+                ref_cache=batch.reference,
+                live_ref=self.live_ref,
+                needs_full_logits=self.caps.full_logits,
+            )
             if version == i == 0 and batch.reference is not None and self.check_reference:
                 check_reference_equal(inputs, self.caps.data, self.run)
             inputs.progress, inputs.state = progress, self.state.value

@@ -44,8 +44,11 @@ def expected_ledger(
     if online:
         rollouts = o.prompts_per_batch * o.n * o.rounds
         seq = min(d.max_len, prompt_tokens + o.max_new_tokens)
-        return {"rollouts": rollouts, "generated_tokens": rollouts * o.max_new_tokens,
-                "trained_tokens": rollouts * seq * o.inner_epochs}  # fmt: skip
+        return {
+            "rollouts": rollouts,
+            "generated_tokens": rollouts * o.max_new_tokens,
+            "trained_tokens": rollouts * seq * o.inner_epochs,
+        }
     n = d.n_train or 7473
     seq = min(d.max_len, prompt_tokens + d.max_new_tokens)
     sampled = n * d.self_play_k if pairs or cfg.method in ("rft", "kto") else 0
@@ -55,8 +58,9 @@ def expected_ledger(
     return {"rollouts": 0, "generated_tokens": sampled * d.max_new_tokens, "trained_tokens": trained}
 
 
-def expected_seconds(ledger: dict, shape: ModelShape, gpus: int, *, checkpointing: bool = False,
-                     rates: Rates = Rates()) -> dict:  # fmt: skip
+def expected_seconds(
+    ledger: dict, shape: ModelShape, gpus: int, *, checkpointing: bool = False, rates: Rates = Rates()
+) -> dict:
     """Training and generation seconds of ``ledger`` on ``gpus`` GPUs at ``rates``."""
     params = shape.params()
     train = ledger["trained_tokens"] * (8 if checkpointing else 6) * params / (rates.matmul_flops * rates.mfu)

@@ -113,9 +113,14 @@ class Loop:
             batch = next(batches)
             add_to_ledger(self.res.compute, **batch.compute)
             self._learn(batch)
-            if self.detector is not None and batch.rewards is not None and (  # off: no per-round gather
-                (self.res.collapse and self.detector.stop) or self._collapsed(reward=_mean_over_ranks(batch.rewards))
-            ):  # fmt: skip
+            if (
+                self.detector is not None
+                and batch.rewards is not None
+                and (  # off: no per-round gather
+                    (self.res.collapse and self.detector.stop)
+                    or self._collapsed(reward=_mean_over_ranks(batch.rewards))
+                )
+            ):
                 break
             self.next_round = rnd + 1
             if self.ckpt is not None:
@@ -148,8 +153,15 @@ class Loop:
         mean = _mean_metrics(micro_metrics)
         if D.world_size() > 1:  # the step's, over every rank's micro-batches: the same at any world size
             mean = _mean_metrics(D.all_gather_objects(mean))
-        row = {"step": self.version, "lr": self.engine.get_lr()[0], **mean, **fields,
-               **self.learner.diagnostics, **self.source.stats, "elapsed": time.time() - self.start}  # fmt: skip
+        row = {
+            "step": self.version,
+            "lr": self.engine.get_lr()[0],
+            **mean,
+            **fields,
+            **self.learner.diagnostics,
+            **self.source.stats,
+            "elapsed": time.time() - self.start,
+        }
         gn = self.engine.get_global_grad_norm()
         gn = grad_norm if gn is None else gn
         if gn is not None:
@@ -174,12 +186,22 @@ class Loop:
     def snapshot(self) -> dict:
         """Everything the run carries from one round to the next: one checkpoint, a part per component."""
         d, res = self.detector, self.res
-        loop = {"round": self.next_round, "version": self.version, "history": res.history,
-                "compute": res.compute, "collapse": res.collapse,
-                "detector": None if d is None else {"rewards": d.rewards, "best_verified": d.best_verified}}  # fmt: skip
-        return {"engine": C.engine_state(self.engine), "rng": C.rng_state(), "loop": loop,
-                "learner": self.learner.state_dict(), "source": self.source.state_dict(),
-                "curve": None if self.curve is None else self.curve.state()}  # fmt: skip
+        loop = {
+            "round": self.next_round,
+            "version": self.version,
+            "history": res.history,
+            "compute": res.compute,
+            "collapse": res.collapse,
+            "detector": None if d is None else {"rewards": d.rewards, "best_verified": d.best_verified},
+        }
+        return {
+            "engine": C.engine_state(self.engine),
+            "rng": C.rng_state(),
+            "loop": loop,
+            "learner": self.learner.state_dict(),
+            "source": self.source.state_dict(),
+            "curve": None if self.curve is None else self.curve.state(),
+        }
 
     def resume(self) -> None:
         """Load the latest checkpoint, if there is one, into every component (``metrics.jsonl`` is

@@ -82,9 +82,15 @@ class ModelShape:
     def module_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each linear module of one layer."""
         h, kv = self.hidden, self.kv_heads * self.head_dim
-        return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-                "gate_proj": (h, self.intermediate), "up_proj": (h, self.intermediate),
-                "down_proj": (self.intermediate, h)}  # fmt: skip
+        return {
+            "q_proj": (h, h),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (h, h),
+            "gate_proj": (h, self.intermediate),
+            "up_proj": (h, self.intermediate),
+            "down_proj": (self.intermediate, h),
+        }
 
     def layer_params(self) -> int:
         linear = sum(i * o for i, o in self.module_shapes().values())
@@ -250,8 +256,16 @@ def estimate(shape: ModelShape, s: Setup) -> MemoryEstimate:
     )
 
 
-def setup_for_run(cfg, vocab: int, *, online: bool, pairs: bool = False, reference: bool = False,
-                  world: int = 1, gpu_bytes: int = 80 * GIB) -> Setup:  # fmt: skip
+def setup_for_run(
+    cfg,
+    vocab: int,
+    *,
+    online: bool,
+    pairs: bool = False,
+    reference: bool = False,
+    world: int = 1,
+    gpu_bytes: int = 80 * GIB,
+) -> Setup:
     """The :class:`Setup` of a :class:`~oxbench.config.RunConfig` at ``world`` ranks: online, a micro-batch is
     ``train.batch_size`` prompts with their ``n`` rollouts; offline, ``train.batch_size`` examples (two
     sequences each for ``pairs``); every sequence ``data.max_len`` tokens long (the padded worst case)."""
@@ -262,17 +276,25 @@ def setup_for_run(cfg, vocab: int, *, online: bool, pairs: bool = False, referen
     vocab_row = max(1, o.n * new * vocab * 4)  # rollout.py's batch rule: 256 sequences or the logits budget
     gen_prompts = max(1, min(256 // o.n, LOGITS_BUDGET // vocab_row))
     return Setup(
-        world=world, zero_stage=zero_stage(cfg), dtype=cfg.model.dtype,
-        lora_r=lora.r if lora.enabled else None, lora_targets=tuple(lora.target_modules),
+        world=world,
+        zero_stage=zero_stage(cfg),
+        dtype=cfg.model.dtype,
+        lora_r=lora.r if lora.enabled else None,
+        lora_targets=tuple(lora.target_modules),
         # lean falls back to HF generate on a LoRA model (oxbench.engine.build.fast_paths)
         backend=None if not online else ("hf" if o.backend == "lean" and lora.enabled else o.backend),
         vllm_placement=getattr(o, "vllm_placement", "colocate"),
-        vllm_share=getattr(o, "vllm_memory", None) or 0.3, gpu_bytes=gpu_bytes, reference=reference,
-        micro_seqs=micro, seq_len=cfg.data.max_len,
+        vllm_share=getattr(o, "vllm_memory", None) or 0.3,
+        gpu_bytes=gpu_bytes,
+        reference=reference,
+        micro_seqs=micro,
+        seq_len=cfg.data.max_len,
         gradient_checkpointing=bool(getattr(cfg.model, "gradient_checkpointing", False)),
-        gen_seqs=min(per_rank, gen_prompts) * o.n, gen_len=cfg.data.max_len, gen_new=new,
+        gen_seqs=min(per_rank, gen_prompts) * o.n,
+        gen_len=cfg.data.max_len,
+        gen_new=new,
         accum=max(1, per_rank // t.batch_size) if online else t.grad_accum,
-    )  # fmt: skip
+    )
 
 
 def preflight(shape: ModelShape, setup: Setup, *, run: str, gpu_bytes: int | None) -> MemoryEstimate:
@@ -321,9 +343,15 @@ def check_run(plan, model, *, run: str) -> MemoryEstimate | None:
         return None
     online = plan.caps.online
     shape = ModelShape.from_config(getattr(model, "lm", model).config)
-    setup = setup_for_run(plan.cfg, shape.vocab, online=online, pairs=plan.caps.data == "pairs",
-                          world=plan.world_size, gpu_bytes=total,
-                          reference=online and plan.caps.reference == "live")  # fmt: skip
+    setup = setup_for_run(
+        plan.cfg,
+        shape.vocab,
+        online=online,
+        pairs=plan.caps.data == "pairs",
+        world=plan.world_size,
+        gpu_bytes=total,
+        reference=online and plan.caps.reference == "live",
+    )
     return preflight(shape, setup, run=run, gpu_bytes=total)
 
 
@@ -390,8 +418,17 @@ def cpu_peak_bytes(fn) -> tuple[object, int]:
 
 
 GPU_80GB = 79 * GIB  # what an 80 GB A100/H100 offers (81,559 MiB, less the driver's)
-TABLE_SETUP = Setup(zero_stage=3, dtype="bf16", backend="hf", micro_seqs=8, seq_len=1024,
-                    gradient_checkpointing=True, gen_seqs=64, gen_len=1024, gen_new=512)  # fmt: skip
+TABLE_SETUP = Setup(
+    zero_stage=3,
+    dtype="bf16",
+    backend="hf",
+    micro_seqs=8,
+    seq_len=1024,
+    gradient_checkpointing=True,
+    gen_seqs=64,
+    gen_len=1024,
+    gen_new=512,
+)
 
 
 def fewest_gpus(shape: ModelShape, setup: Setup, gpu: int = GPU_80GB) -> int | None:
@@ -404,8 +441,10 @@ def fewest_gpus(shape: ModelShape, setup: Setup, gpu: int = GPU_80GB) -> int | N
 
 def readme_table(setup: Setup = TABLE_SETUP) -> str:
     """The docs' table (docs/gpus.md): per-GPU GiB of each Qwen2.5 size under ZeRO-3, with and without LoRA."""
-    head = ("| Qwen2.5 | LoRA | per GPU at 1 / 2 / 4 / 8 GPUs (GiB) | of which HF rollout copy | activations, "
-            "checkpointing off | fewest 80 GB GPUs: HF copy / vLLM separate |\n|---|---|---|---|---|---|")  # fmt: skip
+    head = (
+        "| Qwen2.5 | LoRA | per GPU at 1 / 2 / 4 / 8 GPUs (GiB) | of which HF rollout copy | activations, "
+        "checkpointing off | fewest 80 GB GPUs: HF copy / vLLM separate |\n|---|---|---|---|---|---|"
+    )
     rows = [head]
     for name, shape in QWEN25.items():
         for lora in (None, 16):
@@ -417,8 +456,10 @@ def readme_table(setup: Setup = TABLE_SETUP) -> str:
             off = estimate(shape, replace(s, gradient_checkpointing=False)).activations
             need = [fewest_gpus(shape, x) for x in (s, replace(s, backend="vllm", vllm_placement="separate"))]
             fewest = " / ".join("> 8" if n is None else str(n) for n in need)
-            rows.append(f"| {name} | {'r=16' if lora else 'off'} | {totals} | "
-                        f"{(one.rollout_weights + one.rollout_kv) / GIB:.1f} | {off / GIB:.1f} | {fewest} |")  # fmt: skip
+            rows.append(
+                f"| {name} | {'r=16' if lora else 'off'} | {totals} | "
+                f"{(one.rollout_weights + one.rollout_kv) / GIB:.1f} | {off / GIB:.1f} | {fewest} |"
+            )
     return "\n".join(rows)
 
 

@@ -54,8 +54,17 @@ class Capabilities:
             live = spec.updates_reference or spec.needs_full_logits
             reference = "none" if not spec.needs_reference else ("live" if live else "cached")
         shared = online and not (spec.needs_value_model or spec.generates_own_pairs)
-        return cls(online, self_play, reference, spec.needs_value_model, shared, spec.data,
-                   spec.needs_full_logits, spec.generates_own_pairs, spec.pairs_from_iterate)  # fmt: skip
+        return cls(
+            online,
+            self_play,
+            reference,
+            spec.needs_value_model,
+            shared,
+            spec.data,
+            spec.needs_full_logits,
+            spec.generates_own_pairs,
+            spec.pairs_from_iterate,
+        )
 
 
 @dataclass(frozen=True)

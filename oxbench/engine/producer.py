@@ -46,9 +46,14 @@ def produce(model, tokenizer, shared, version, lock, queue, stop, job: RoundPlan
                 if worker.version != version.value:
                     worker.sync({k: v.clone() for k, v in shared.items()}, int(version.value))
             gen_start = time.time()
-            experience = worker.rollouts(rows, n=job.n, temperature=job.temperature,
-                                         max_new_tokens=job.max_new_tokens, seed=job.seeds[rnd],
-                                         reward_fn=job.reward_fn)  # fmt: skip
+            experience = worker.rollouts(
+                rows,
+                n=job.n,
+                temperature=job.temperature,
+                max_new_tokens=job.max_new_tokens,
+                seed=job.seeds[rnd],
+                reward_fn=job.reward_fn,
+            )
             done = time.time()
             while not stop.is_set():
                 try:

@@ -169,8 +169,10 @@ class RolloutWorker:
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         groups = self.vllm.sample(ids, n=n, temperature=temperature, max_tokens=max_new_tokens, seed=seed)
         eos = self.tokenizer.eos_token_id
-        return [[Sample(p, c, lp[: len(c)], done) for c, lp in out for c, done in [cut_at_eos(c, eos)]]
-                for p, out in zip(ids, groups)]  # fmt: skip
+        return [
+            [Sample(p, c, lp[: len(c)], done) for c, lp in out for c, done in [cut_at_eos(c, eos)]]
+            for p, out in zip(ids, groups)
+        ]
 
     def _batch_prompts(self, n: int, max_new_tokens: int) -> int:
         """Prompts per generation batch: 256 sequences, fewer if their per-step logits would pass the budget."""

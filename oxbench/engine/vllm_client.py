@@ -80,8 +80,11 @@ def resolve_placement(
     if mode == "auto":
         mode = "separate" if devices is not None or gpus > local_world else "colocate"
     if mode == "colocate":
-        return Placement(ids[local_rank % len(ids)], 0.3 if memory is None else memory,
-                         f"colocated on GPU {ids[local_rank % len(ids)]} (rank {local_rank}'s)")  # fmt: skip
+        return Placement(
+            ids[local_rank % len(ids)],
+            0.3 if memory is None else memory,
+            f"colocated on GPU {ids[local_rank % len(ids)]} (rank {local_rank}'s)",
+        )
     index = devices[local_rank % len(devices)] if devices else local_world + local_rank
     if index >= len(ids):
         raise VllmError(
@@ -119,10 +122,15 @@ def _gpu_count() -> int:
 
 def _gpu_placement(placement: str, devices: list[int] | None, memory: float | None) -> Placement:
     """:func:`resolve_placement` for this process (its local rank and world, the GPUs it sees)."""
-    return resolve_placement(placement, devices, memory, gpus=_gpu_count(),
-                             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-                             local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
-                             visible=os.environ.get("CUDA_VISIBLE_DEVICES"))  # fmt: skip
+    return resolve_placement(
+        placement,
+        devices,
+        memory,
+        gpus=_gpu_count(),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+        local_world=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
 
 
 class VllmEngine:
@@ -149,8 +157,11 @@ class VllmEngine:
         # that travelled, and the path of the last sync (weight_stream.PATHS)
         self.sync_seconds, self.sync_bytes, self.sync_path = 0.0, 0, None
         if self.placement.devices is not None:
-            print(f"vLLM rollout server: {self.placement.where}, gpu_memory_utilization "
-                  f"{self.placement.memory:g}", flush=True)  # fmt: skip
+            print(
+                f"vLLM rollout server: {self.placement.where}, gpu_memory_utilization "
+                f"{self.placement.memory:g}",
+                flush=True,
+            )
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         if not _has_gpu() and head_dim not in CPU_HEAD_DIMS:
             raise VllmError(
@@ -219,8 +230,14 @@ class VllmEngine:
 
     def sample(self, prompts: list[list[int]], *, n: int, temperature: float, max_tokens: int, seed: int):
         """Per prompt, ``n`` (ids, temperature-1 log-probs) pairs."""
-        req = {"op": "sample", "prompts": prompts, "n": n, "temperature": temperature,
-               "max_tokens": max_tokens, "seed": seed}  # fmt: skip
+        req = {
+            "op": "sample",
+            "prompts": prompts,
+            "n": n,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "seed": seed,
+        }
         reply = self._call(req)
         return [list(zip(ids, lps)) for ids, lps in zip(reply["ids"], reply["logps"])]
 

@@ -161,14 +161,18 @@ def choose_path(
     }
     if requested != "auto":
         if not usable[requested]:
-            raise ValueError(f"vLLM weight sync path {requested!r} is not usable here (the server offers "
-                             f"{list(offered)}; the weights are on {uuid or 'the host'})")  # fmt: skip
+            raise ValueError(
+                f"vLLM weight sync path {requested!r} is not usable here (the server offers "
+                f"{list(offered)}; the weights are on {uuid or 'the host'})"
+            )
         return requested, None
     path = next(p for p in PATHS if usable[p])
     why = None
     if path == "file":
-        why = (f"vLLM weight sync: through a file each step (weights.pt), the server offers no in-memory "
-               f"path (it offers {list(offered)})")  # fmt: skip
+        why = (
+            f"vLLM weight sync: through a file each step (weights.pt), the server offers no in-memory "
+            f"path (it offers {list(offered)})"
+        )
     return path, why
 
 

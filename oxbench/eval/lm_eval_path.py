@@ -210,16 +210,26 @@ def lm_eval_metrics(model, tokenizer, cfg) -> dict[str, float | None]:
     le, task = cfg.eval.lm_eval, cfg.task.model_dump()
     if not le.tasks:
         return {}
-    raw = run_lm_eval(model, tokenizer, list(le.tasks), limit=le.limit, batch_size=le.batch_size,
-                      max_gen_toks=le.max_gen_toks, metadata=_hook_metadata(task))  # fmt: skip
+    raw = run_lm_eval(
+        model,
+        tokenizer,
+        list(le.tasks),
+        limit=le.limit,
+        batch_size=le.batch_size,
+        max_gen_toks=le.max_gen_toks,
+        metadata=_hook_metadata(task),
+    )
     scores, out = summarize_results(raw), {}
     for name in le.tasks:
         metric = next((m for m in PRIMARY_METRICS if m in scores.get(name, {})), None)
         if metric is None:
             raise ValueError(f"eval.lm_eval.tasks: {name!r} reported none of {', '.join(PRIMARY_METRICS)}")
         n = _documents(raw, name)
-        out |= {f"lmeval_{name}": scores[name][metric], f"lmeval_{name}_chance": task_chance(name, task, n),
-                f"lmeval_{name}_n": n}  # fmt: skip
+        out |= {
+            f"lmeval_{name}": scores[name][metric],
+            f"lmeval_{name}_chance": task_chance(name, task, n),
+            f"lmeval_{name}_n": n,
+        }
         if metric == "exact_match,strict-match" and FLEXIBLE in scores[name]:  # format apart from the answer
             out[f"lmeval_{name}_flexible"] = scores[name][FLEXIBLE]
     return out

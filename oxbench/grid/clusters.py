@@ -75,8 +75,9 @@ def _remote_cell(
     return rec
 
 
-def node_agent(cfg_dict: dict, out: str, nproc: int, rdzv: Rendezvous, node: int, host: str,
-               launch: dict | None = None) -> tuple[float, int, int, str]:  # fmt: skip
+def node_agent(
+    cfg_dict: dict, out: str, nproc: int, rdzv: Rendezvous, node: int, host: str, launch: dict | None = None
+) -> tuple[float, int, int, str]:
     """Run node ``node``'s torchrun agent of a multi-node cell here, to its end: ``(end time, node,
     return code, host)``, what :func:`~oxbench.grid.executors.agents_outcome` reads."""
     _enter_launch(launch or {})
@@ -158,8 +159,12 @@ def cell_request(cfg: RunConfig, nproc: int, res: Resources, nnodes: int = 1) ->
 def slurm_parameters(req: dict[str, int], res: Resources, timeout_min: int = 240) -> dict:
     """submitit's parameters for one cell's job: its nodes, one task on each that starts the node's ranks
     (torchrun), holding their GPUs and CPUs, in the partition, account and QOS asked for."""
-    params: dict = {"timeout_min": timeout_min, "nodes": req.get("nodes", 1), "tasks_per_node": 1,
-                    "cpus_per_task": req["cpus"]}  # fmt: skip
+    params: dict = {
+        "timeout_min": timeout_min,
+        "nodes": req.get("nodes", 1),
+        "tasks_per_node": 1,
+        "cpus_per_task": req["cpus"],
+    }
     if req["gpus"]:
         params["gpus_per_node"] = req["gpus"]
     names = {"slurm_partition": res.partition, "slurm_account": res.account, "slurm_qos": res.qos}
@@ -192,10 +197,17 @@ def _ray_multinode_cell(cfg_dict: dict, out: str, nproc: int, nnodes: int, req: 
     ray.get(pg.ready())
     try:
         agents = [
-            ray.remote(NodeAgent).options(num_cpus=req["cpus"], num_gpus=req["gpus"], scheduling_strategy=
-                PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)).remote()
+            ray.remote(NodeAgent)
+            .options(
+                num_cpus=req["cpus"],
+                num_gpus=req["gpus"],
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=i
+                ),
+            )
+            .remote()
             for i in range(nnodes)
-        ]  # fmt: skip
+        ]
         cfg = RunConfig(**cfg_dict)
         rdzv = Rendezvous(nnodes, ray.get(agents[0].endpoint.remote()), cfg.run_id())
         runs = [a.run.remote(cfg_dict, out, nproc, rdzv, i, launch) for i, a in enumerate(agents)]

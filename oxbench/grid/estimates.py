@@ -30,11 +30,16 @@ def ledger_table() -> str:
 
     from oxbench.engine.memory import fewest_gpus, setup_for_run
 
-    rows = ["| recipe, cell | Qwen2.5 | GPUs | rollouts | generated tokens (at most) | trained tokens | "
-            "expected time (train + generate) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| recipe, cell | Qwen2.5 | GPUs | rollouts | generated tokens (at most) | trained tokens | "
+        "expected time (train + generate) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     cases = [("oxrl_paper", "sgrpo", s, {}) for s in QWEN25] + [("oxrl_paper", "dpo", "7B", {})]
-    cases += [("isocompute_paper", "sgrpo", "7B", {"n": 64, "prompts_per_batch": 256, "rounds": 256}),
-              ("staleness_paper", "sgrpo", "1.5B", {})]  # fmt: skip
+    cases += [
+        ("isocompute_paper", "sgrpo", "7B", {"n": 64, "prompts_per_batch": 256, "rounds": 256}),
+        ("staleness_paper", "sgrpo", "1.5B", {}),
+    ]
     for recipe, method, size, online in cases:
         cfg, shape = _cell(recipe, method, size, online), QWEN25[size]
         is_online = method == "sgrpo"
@@ -51,9 +56,11 @@ def ledger_table() -> str:
             n, note = None, ""
         sec = expected_seconds(ledger, shape, n or 8, checkpointing=True)
         label = f"`{recipe}`, {method}" + (" (n 64, B_p 256, M 256)" if online else "")
-        rows.append(f"| {label} | {size} | {n or '> 8'}{note} | {ledger['rollouts']:,} | {ledger['generated_tokens']:,} | "
-                    f"{ledger['trained_tokens']:,} | {_hours(sec['total_s'])} ({_hours(sec['train_s'])} + "
-                    f"{_hours(sec['gen_s'])}) |")  # fmt: skip
+        rows.append(
+            f"| {label} | {size} | {n or '> 8'}{note} | {ledger['rollouts']:,} | {ledger['generated_tokens']:,} | "
+            f"{ledger['trained_tokens']:,} | {_hours(sec['total_s'])} ({_hours(sec['train_s'])} + "
+            f"{_hours(sec['gen_s'])}) |"
+        )
     return "\n".join(rows)
 
 

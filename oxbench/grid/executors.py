@@ -84,8 +84,14 @@ def agents_outcome(cfg: RunConfig, out: Path, ends: list[tuple[float, int, int, 
     return rec
 
 
-def run_agents(commands: list[list[str]], d: Path, env: dict, grace_s: float, host: str = "localhost",
-               first_node: int = 0) -> list[tuple[float, int, int, str]]:  # fmt: skip
+def run_agents(
+    commands: list[list[str]],
+    d: Path,
+    env: dict,
+    grace_s: float,
+    host: str = "localhost",
+    first_node: int = 0,
+) -> list[tuple[float, int, int, str]]:
     """Start one process per command (node ``first_node + k``'s, its output in ``d/log_name(node)``) and
     wait for them all; ``(end time, node, return code, host)`` each. Several nodes: each is a process group of its own (a
     node taken down whole), and once one has failed the others get ``grace_s`` + 60 s to fail on their
@@ -95,8 +101,16 @@ def run_agents(commands: list[list[str]], d: Path, env: dict, grace_s: float, ho
         with open(
             d / log_name(first_node + k), "a"
         ) as log:  # the cell truncates train.log once it holds the lock
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                          preexec_fn=die_with_parent, start_new_session=len(commands) > 1))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    preexec_fn=die_with_parent,
+                    start_new_session=len(commands) > 1,
+                )
+            )
         RUNNING.add(procs[-1])
     try:
         failed_at = None
@@ -134,8 +148,11 @@ def interrupt_subprocesses() -> None:
 def unwritable_record(cfg: RunConfig, exc: OSError) -> dict:
     """What a cell whose run directory cannot be written returns (nothing can be recorded there): a
     one-line failure; whatever it left on disk is not ``finished``, so a rerun resumes it."""
-    return {"run_id": cfg.run_id(), "status": "failed",
-            "error": f"cannot write its run directory: {type(exc).__name__}: {exc}"}  # fmt: skip
+    return {
+        "run_id": cfg.run_id(),
+        "status": "failed",
+        "error": f"cannot write its run directory: {type(exc).__name__}: {exc}",
+    }
 
 
 def locked_record(cfg: RunConfig) -> dict:

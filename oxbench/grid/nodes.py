@@ -40,8 +40,9 @@ def free_endpoint(host: str = "127.0.0.1") -> str:
         return f"{host}:{s.getsockname()[1]}"
 
 
-def agent_command(cfg_file: Path, out: Path, nproc: int, rdzv: Rendezvous | None = None,
-                  node: int = 0) -> list[str]:  # fmt: skip
+def agent_command(
+    cfg_file: Path, out: Path, nproc: int, rdzv: Rendezvous | None = None, node: int = 0
+) -> list[str]:
     """The command that runs a cell's ranks on one node: plain Python for one rank on one node,
     ``torchrun --standalone`` for several, and a c10d rendezvous across nodes (``node`` 0 hosts it)."""
     cell = ["-m", "oxbench.grid.cell", str(cfg_file), str(out)]
@@ -57,10 +58,18 @@ def agent_command(cfg_file: Path, out: Path, nproc: int, rdzv: Rendezvous | None
             *cell,
         ]
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={rdzv.nnodes}", f"--nproc_per_node={nproc}",
-        "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv.endpoint}", f"--rdzv_id={rdzv.rdzv_id}",
-        f"--rdzv_conf=is_host={int(node == 0)}", "--max_restarts=0", *cell,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={rdzv.nnodes}",
+        f"--nproc_per_node={nproc}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={rdzv.endpoint}",
+        f"--rdzv_id={rdzv.rdzv_id}",
+        f"--rdzv_conf=is_host={int(node == 0)}",
+        "--max_restarts=0",
+        *cell,
+    ]
 
 
 def ending(returncode: int) -> str:

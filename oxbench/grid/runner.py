@@ -124,8 +124,12 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
         correct = _difficulty(cfg, model, tok, base_key, verbose)
         chosen = difficulty.select(prompts, correct, cfg.data.subset, cfg.data.difficulty_k)
         hist = difficulty.histogram({r["id"]: correct[r["id"]] for r in prompts}, cfg.data.difficulty_k)
-        return chosen, {"prompts": len(chosen), "pool": len(prompts), "subset": cfg.data.subset,
-                        "pool_correct_histogram": hist}  # fmt: skip
+        return chosen, {
+            "prompts": len(chosen),
+            "pool": len(prompts),
+            "subset": cfg.data.subset,
+            "pool_correct_histogram": hist,
+        }
     train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
     if not plan.caps.self_play_data:
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
@@ -200,8 +204,14 @@ def _curve(cfg: RunConfig, model, tok, base_key: dict, d: Path, tracker: Tracker
 def _tracker(cfg: RunConfig, d: Path) -> Tracker:
     """The run's live trackers: project = grid, run = "<arm> s<seed>", group = arm."""
     arm = arm_label(cfg.arm(), cfg.method)
-    return Tracker.start(cfg.track, run_dir=d, project=cfg.grid, name=f"{arm} s{cfg.seed}", group=arm,
-                         config=cfg.model_dump(mode="json"))  # fmt: skip
+    return Tracker.start(
+        cfg.track,
+        run_dir=d,
+        project=cfg.grid,
+        name=f"{arm} s{cfg.seed}",
+        group=arm,
+        config=cfg.model_dump(mode="json"),
+    )
 
 
 def random_reward(completion: str, answer: str) -> float:
@@ -257,11 +267,22 @@ def _stopped(cell: _Cell, exc: Preempted) -> None:
 
 
 def _new_record(cfg: RunConfig) -> RunRecord:
-    return RunRecord(run_id=cfg.run_id(), grid=cfg.grid, status="running", scale=cfg.model.name,
-                     method=cfg.method, seed=cfg.seed, lora=cfg.model.lora.enabled, arm=cfg.arm(),
-                     seeds=cfg.seeds(), config=cfg.model_dump(), config_hash=content_hash(cfg.identity()),
-                     git_sha=git_sha(), packages=packages(),
-                     data_files=data_fingerprint(cfg.task.model_dump()) or None)  # fmt: skip
+    return RunRecord(
+        run_id=cfg.run_id(),
+        grid=cfg.grid,
+        status="running",
+        scale=cfg.model.name,
+        method=cfg.method,
+        seed=cfg.seed,
+        lora=cfg.model.lora.enabled,
+        arm=cfg.arm(),
+        seeds=cfg.seeds(),
+        config=cfg.model_dump(),
+        config_hash=content_hash(cfg.identity()),
+        git_sha=git_sha(),
+        packages=packages(),
+        data_files=data_fingerprint(cfg.task.model_dump()) or None,
+    )
 
 
 @dataclass
@@ -298,8 +319,12 @@ class _Cell:
         state = policy_weights(engine)
         if D.is_main():
             self._evaluate(state, base_path, base_key, tok, res)
-        rec.timing = {"data_s": round(t_train - t_data, 1), "train_s": round(t_eval - t_train, 1),
-                      "eval_s": round(time.time() - t_eval, 1), "total_s": round(time.time() - self.t0, 1)}  # fmt: skip
+        rec.timing = {
+            "data_s": round(t_train - t_data, 1),
+            "train_s": round(t_eval - t_train, 1),
+            "eval_s": round(time.time() - t_eval, 1),
+            "total_s": round(time.time() - self.t0, 1),
+        }
         rec.status = "finished"
 
     def _train(self, plan: RunPlan, model, tok, rows: list[dict], base_key: dict):

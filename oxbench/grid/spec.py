@@ -62,8 +62,9 @@ class Budget(BaseModel):
 
 # what a leaderboard can rank by: the greedy test accuracies every record holds
 # (oxbench.eval.evaluate.greedy_metrics) and the OOD one
-ReportMetric = Literal["accuracy", "accuracy_flexible", "accuracy_verified", "accuracy_verified_flexible",
-                       "ood_accuracy"]  # fmt: skip
+ReportMetric = Literal[
+    "accuracy", "accuracy_flexible", "accuracy_verified", "accuracy_verified_flexible", "ood_accuracy"
+]
 REPORT_METRICS: tuple[str, ...] = get_args(ReportMetric)
 REPORT_OPTIONS = "report.json"  # a grid's report options, beside its records (read by report and status)
 
@@ -376,15 +377,30 @@ def _apply_budget(raw: dict, budget: Budget, where: str) -> str | None:
     batch = online.get("prompts_per_batch", defaults.prompts_per_batch) * online.get("n", defaults.n)
     online["rounds"] = max(1, budget.rollouts // batch)
     if budget.rollouts < batch:
-        return (f"{where}: field 'budget.rollouts': {budget.rollouts} is smaller than one batch "
-                f"(online.prompts_per_batch x n = {batch})")  # fmt: skip
+        return (
+            f"{where}: field 'budget.rollouts': {budget.rollouts} is smaller than one batch "
+            f"(online.prompts_per_batch x n = {batch})"
+        )
     return None
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-        ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Lt: operator.lt, ast.LtE: operator.le,
-        ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq, ast.NotEq: operator.ne}  # fmt: skip
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
 _SHORT = {"n": "online.n", "B_p": "online.prompts_per_batch", "M": "online.rounds"}
 
 
@@ -402,8 +418,20 @@ class Constraint:
         self._check(self.tree)
 
     def _check(self, node) -> None:
-        allowed = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Name, ast.Constant, ast.Attribute,
-                   ast.And, ast.Or, ast.Not, ast.Load, *_OPS)  # fmt: skip
+        allowed = (
+            ast.BinOp,
+            ast.UnaryOp,
+            ast.Compare,
+            ast.BoolOp,
+            ast.Name,
+            ast.Constant,
+            ast.Attribute,
+            ast.And,
+            ast.Or,
+            ast.Not,
+            ast.Load,
+            *_OPS,
+        )
         for sub in ast.walk(node):
             if not isinstance(sub, allowed) or (
                 isinstance(sub, ast.Constant) and not isinstance(sub.value, int | float)

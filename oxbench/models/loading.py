@@ -38,9 +38,17 @@ def pretrain_config(cfg: RunConfig):
         task = {"name": "arith", "n_ops": p.task.n_ops, "max_operand": p.task.max_operand}
     elif cfg.task.name != "arith":
         task["path"] = cfg.task.path
-    return PretrainConfig(scale=cfg.model.name, updates=p.updates, batch_size=p.batch_size, lr=p.lr,
-                          n_examples=p.n_examples, seed=p.seed, task=task, answer_styles=p.answer_styles,
-                          mixture=p.mixture)  # fmt: skip
+    return PretrainConfig(
+        scale=cfg.model.name,
+        updates=p.updates,
+        batch_size=p.batch_size,
+        lr=p.lr,
+        n_examples=p.n_examples,
+        seed=p.seed,
+        task=task,
+        answer_styles=p.answer_styles,
+        mixture=p.mixture,
+    )
 
 
 def load_tokenizer(path: str):

@@ -26,8 +26,10 @@ class ModelError(ValueError):
 
 def offline() -> bool:
     """Hugging Face's offline mode (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``): nothing is fetched."""
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))  # fmt: skip
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def in_hub_cache(name: str) -> bool:

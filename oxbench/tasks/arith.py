@@ -69,10 +69,21 @@ def _working(start: int, ops: list[tuple[str, int]]) -> tuple[str, int]:
 
 # per variant: who the story is about, then the templates of its opening, of "+ b", of "- b" and of the question
 _STORIES = {
-    "id": (NAMES, "{who} has {start} {obj}.", "{who} gets {b} more.", "{who} gives away {b}.", "How many {obj} now?"),
-    "ood": (PLACES, "A {who} holds {start} {obj}.", "Next, {b} are added.", "Next, {b} are removed.",
-            "How many {obj} are in the {who}?"),
-}  # fmt: skip
+    "id": (
+        NAMES,
+        "{who} has {start} {obj}.",
+        "{who} gets {b} more.",
+        "{who} gives away {b}.",
+        "How many {obj} now?",
+    ),
+    "ood": (
+        PLACES,
+        "A {who} holds {start} {obj}.",
+        "Next, {b} are added.",
+        "Next, {b} are removed.",
+        "How many {obj} are in the {who}?",
+    ),
+}
 
 
 def _story(variant: str, rng: random.Random, start: int, ops: list[tuple[str, int]]) -> str:

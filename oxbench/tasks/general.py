@@ -35,11 +35,42 @@ CHANCE = {"order": 0.25, "next": 0.25, "reverse": 0.0}
 CONSONANTS = "bdfgklmnprstvz"
 VOWELS = "aeiou"
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-          "October", "November", "December"]  # fmt: skip
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 LETTERS = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
-_ONES = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-         "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]  # fmt: skip
+_ONES = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 _TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
 
@@ -136,8 +167,13 @@ def generate(family: str, split: str = "train", n: int | None = 1000, *, seed: i
 def _row(family: str, split: str, i: int, item: tuple[str, str, list[str]]) -> dict:
     question, answer, choices = item
     gold = choices.index(answer) if choices else -1
-    return {"question": question, "answer": answer, "choices": choices, "gold": gold,
-            "id": f"general-{family}-{split}-{i}"}  # fmt: skip
+    return {
+        "question": question,
+        "answer": answer,
+        "choices": choices,
+        "gold": gold,
+        "id": f"general-{family}-{split}-{i}",
+    }
 
 
 def pretraining_rows(family: str, n: int, *, seed: int) -> list[dict]:

@@ -67,11 +67,22 @@ def generate(
     """
     n = num_return_sequences
     if backend == "lean":
-        samples = sample(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                         num_return_sequences=n, batch_size=batch_size, generator_seed=generator_seed or 0,
-                         top_p=top_p, backend="lean")  # fmt: skip
-        return [tokenizer.batch_decode([s.completion_ids for s in group], skip_special_tokens=True)
-                for group in samples]  # fmt: skip
+        samples = sample(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            num_return_sequences=n,
+            batch_size=batch_size,
+            generator_seed=generator_seed or 0,
+            top_p=top_p,
+            backend="lean",
+        )
+        return [
+            tokenizer.batch_decode([s.completion_ids for s in group], skip_special_tokens=True)
+            for group in samples
+        ]
     kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
     results: list[list[str]] = []
     for enc in _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, progress_label):

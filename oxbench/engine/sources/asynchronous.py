@@ -52,12 +52,21 @@ class AsyncSource(RolloutSource):
     def plan(self, first_round: int) -> RoundPlan:
         """The producer's job: every round's prompts and sampling seed, and how to sample."""
         o = self.r.online
-        return RoundPlan(rounds=[self.prompts(r) for r in range(self.rounds)],
-                         seeds=[self.seed(r) for r in range(self.rounds)], n=o.n, temperature=o.temperature,
-                         max_new_tokens=o.max_new_tokens, reward_fn=self.r.reward_fn, inner_epochs=o.inner_epochs,
-                         staleness=self.staleness, max_len=self.worker.max_len, backend=self.backend,
-                         vllm=vllm_options(o), threads=max(1, torch.get_num_threads() // 2),
-                         first_round=first_round)  # fmt: skip
+        return RoundPlan(
+            rounds=[self.prompts(r) for r in range(self.rounds)],
+            seeds=[self.seed(r) for r in range(self.rounds)],
+            n=o.n,
+            temperature=o.temperature,
+            max_new_tokens=o.max_new_tokens,
+            reward_fn=self.r.reward_fn,
+            inner_epochs=o.inner_epochs,
+            staleness=self.staleness,
+            max_len=self.worker.max_len,
+            backend=self.backend,
+            vllm=vllm_options(o),
+            threads=max(1, torch.get_num_threads() // 2),
+            first_round=first_round,
+        )
 
     def _start(self, first_round: int) -> None:
         from oxbench.engine.producer import produce
@@ -66,9 +75,21 @@ class AsyncSource(RolloutSource):
         self.shared = {k: v.detach().clone().share_memory_() for k, v in worker.model.state_dict().items()}
         self.shared_version, self.lock = ctx.Value("l", max(0, worker.version)), ctx.Lock()
         self.queue, self.stop = ctx.Queue(maxsize=self.queue_size), ctx.Event()
-        self.process = ctx.Process(target=produce, name="oxbench-rollout-producer", daemon=True,
-                                   args=(worker.model, worker.tokenizer, self.shared, self.shared_version, self.lock,
-                                         self.queue, self.stop, self.plan(first_round)))  # fmt: skip
+        self.process = ctx.Process(
+            target=produce,
+            name="oxbench-rollout-producer",
+            daemon=True,
+            args=(
+                worker.model,
+                worker.tokenizer,
+                self.shared,
+                self.shared_version,
+                self.lock,
+                self.queue,
+                self.stop,
+                self.plan(first_round),
+            ),
+        )
         self.process.start()
 
     def batches(self, start: int):

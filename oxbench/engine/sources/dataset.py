@@ -18,8 +18,18 @@ class DatasetSource:
     nothing else to checkpoint. With :meth:`cache_reference` its batches carry the reference's log-probs,
     computed once from the initial policy."""
 
-    def __init__(self, examples: list[dict], kind: str, *, seed: int, batch_size: int, grad_accum: int,
-                 epochs: int, max_steps: int | None, run: str):  # fmt: skip
+    def __init__(
+        self,
+        examples: list[dict],
+        kind: str,
+        *,
+        seed: int,
+        batch_size: int,
+        grad_accum: int,
+        epochs: int,
+        max_steps: int | None,
+        run: str,
+    ):
         self.examples, self.kind, self.grad_accum, self.stats = examples, kind, grad_accum, {}
         self.reference: RefCache | None = None
         sampler = make_sampler(len(examples), seed=seed, rank=D.rank(), world_size=D.world_size())
@@ -55,9 +65,15 @@ class DatasetSource:
             part = self.micro[step * self.grad_accum : (step + 1) * self.grad_accum]
             chunks = [[self.examples[j] for j in mb] for _, mb in part]
             tokens = sum(len(ex[role][0]) for chunk in chunks for ex in chunk for role in ROLES[self.kind])
-            yield Batch(round=step, passes=1, last=step == self.total_steps - 1, row={"epoch": part[-1][0]},
-                        trained_tokens=sum(D.all_gather_objects(tokens)), examples=chunks,
-                        reference=self.reference)  # fmt: skip
+            yield Batch(
+                round=step,
+                passes=1,
+                last=step == self.total_steps - 1,
+                row={"epoch": part[-1][0]},
+                trained_tokens=sum(D.all_gather_objects(tokens)),
+                examples=chunks,
+                reference=self.reference,
+            )
 
     def after_step(self, version: int) -> None:
         pass

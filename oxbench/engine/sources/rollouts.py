@@ -85,7 +85,7 @@ class RolloutSource:
         self.sampler = make_sampler(
             len(rounds.prompts), seed=rounds.data_seed, rank=self.rk, world_size=self.ws
         )
-        self.consumed: list[str] = []  # fmt: skip
+        self.consumed: list[str] = []
 
     def prompts(self, rnd: int) -> list[dict]:
         return round_prompts(self.r.prompts, rnd, self.per_rank, self.sampler)
@@ -103,9 +103,16 @@ class RolloutSource:
             rows = self.prompts(rnd)
             self.consumed += [r["id"] for r in rows]
             started = time.time()
-            sample = functools.partial(self.worker.rollouts, rows, n=o.n, temperature=o.temperature,
-                                       max_new_tokens=o.max_new_tokens, seed=self.seed(rnd),
-                                       reward_fn=self.r.reward_fn, group_offset=self.rk * self.per_rank)  # fmt: skip
+            sample = functools.partial(
+                self.worker.rollouts,
+                rows,
+                n=o.n,
+                temperature=o.temperature,
+                max_new_tokens=o.max_new_tokens,
+                seed=self.seed(rnd),
+                reward_fn=self.r.reward_fn,
+                group_offset=self.rk * self.per_rank,
+            )
             yield self._batch(rnd, self.draw(rnd, sample), started)
 
     def _batch(self, rnd: int, experience: list[Rollout], started: float) -> Batch:
@@ -114,10 +121,18 @@ class RolloutSource:
         stats |= self.worker.take_sync_stats()  # of it, the weight sync (async: the source's publish)
         rewards = torch.tensor([r.reward for r in experience], device="cpu")  # host bookkeeping
         compute = {k: stats[k] for k in ("rollouts", "generated_tokens", "gen_seconds")}
-        return Batch(round=rnd, passes=self.r.online.inner_epochs, last=rnd == self.rounds - 1,
-                     row={"round": rnd, "reward_mean": rewards.mean().item(), **stats},
-                     trained_tokens=stats["trained_tokens"], compute=compute, rollouts=experience,
-                     rewards=rewards, started=started, policy_version=self.worker.version)  # fmt: skip
+        return Batch(
+            round=rnd,
+            passes=self.r.online.inner_epochs,
+            last=rnd == self.rounds - 1,
+            row={"round": rnd, "reward_mean": rewards.mean().item(), **stats},
+            trained_tokens=stats["trained_tokens"],
+            compute=compute,
+            rollouts=experience,
+            rewards=rewards,
+            started=started,
+            policy_version=self.worker.version,
+        )
 
     def after_step(self, version: int) -> None:
         self.version = version
@@ -127,8 +142,11 @@ class RolloutSource:
 
     def state_dict(self) -> dict:
         w = self.worker
-        return {"version": self.version, "consumed": self.consumed,
-                "worker": {"weights": w.model.state_dict(), "version": w.version}}  # fmt: skip
+        return {
+            "version": self.version,
+            "consumed": self.consumed,
+            "worker": {"weights": w.model.state_dict(), "version": w.version},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.version, self.consumed = state["version"], state["consumed"]
