@@ -23,7 +23,7 @@ from scipy import stats
 
 from oxbench.config import SUBSETS, RunConfig
 from oxbench.data import difficulty
-from oxbench.grid.runner import online_prompts, validation_pool
+from oxbench.data.selection import online_prompts, validation_pool
 from oxbench.models.loading import base_model_path, load_model
 
 

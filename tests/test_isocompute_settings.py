@@ -81,7 +81,7 @@ def test_gsm8k_validation_split_is_the_end_of_the_train_file(tmp_path):
     val = load_task_split({"name": "gsm8k", "path": str(tmp_path)}, "validation", n=3)
     assert [r["question"] for r in val] == ["q7", "q8", "q9"]
 
-    from oxbench.grid.runner import online_prompts
+    from oxbench.data.selection import online_prompts
 
     cfg = RunConfig(method="sgrpo", task={"name": "gsm8k", "path": str(tmp_path)},
                     online={"rounds": 1, "n": 2, "prompts_per_batch": 2}, eval={"every": 2, "n_val": 3})  # fmt: skip
@@ -305,7 +305,7 @@ def test_variants_cross_the_axes_as_bundles():
 
 
 def test_random_reward_is_a_fair_coin_unrelated_to_correctness():
-    from oxbench.grid.runner import random_reward, reward_function
+    from oxbench.tasks.rewards import random_reward, reward_function
 
     flips = [random_reward(f"answer {i}", "#### 3") for i in range(4000)]
     assert 0.46 < sum(flips) / len(flips) < 0.54

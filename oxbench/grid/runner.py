@@ -7,8 +7,6 @@ Works in a single process or under ``torchrun``/``deepspeed`` (every rank calls
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import json
 import os
 import sys
@@ -21,6 +19,7 @@ import torch
 
 from oxbench.config import RunConfig, zero_stage
 from oxbench.data import difficulty, pipeline
+from oxbench.data.selection import online_prompts, validation_pool, validation_rows
 from oxbench.engine import distributed as D
 from oxbench.engine.build import train
 from oxbench.engine.checkpoint import Checkpointer, Preempted
@@ -34,7 +33,7 @@ from oxbench.grid.runs import REPLACED, MetricsLog, data_fingerprint, git_sha, p
 from oxbench.grid.shared import prepared_marker
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import load_task_split
-from oxbench.tasks.grading import is_correct
+from oxbench.tasks.rewards import reward_function
 from oxbench.tracking import Tracker
 from oxbench.utils import cache_hit, cache_root, content_hash, write_json_atomic, write_jsonl_atomic
 
@@ -156,36 +155,6 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
     return rows[plan.caps.data](pairs), stats
 
 
-VALIDATION_POOL = 10  # with data.subset: validation candidates per validation problem kept
-
-
-def online_prompts(cfg: RunConfig) -> list[dict]:
-    """The online prompt pool: ``online.n_prompts`` of the train split, without the validation rows
-    (GSM8K's validation split is the end of its train file)."""
-    prompts = load_task_split(cfg.task.model_dump(), "train", n=cfg.online.n_prompts, seed=0)
-    if cfg.eval.every is None or cfg.task.name == "arith":  # arith's validation lies outside its pool
-        return prompts
-    held = {r["question"] for r in validation_pool(cfg)}
-    return [r for r in prompts if r["question"] not in held]
-
-
-def _n_validation(cfg: RunConfig) -> int:
-    return cfg.eval.n_val * (VALIDATION_POOL if cfg.data.subset is not None else 1)
-
-
-def validation_pool(cfg: RunConfig) -> list[dict]:
-    return load_task_split(cfg.task.model_dump(), "validation", n=_n_validation(cfg), seed=0)
-
-
-def validation_rows(cfg: RunConfig, correct: dict | None) -> list[dict]:
-    """The learning curve's problems: ``eval.n_val`` of the validation split, of the same subset as the
-    prompts when ``data.subset`` is set (picked from ``VALIDATION_POOL`` times as many candidates)."""
-    pool = validation_pool(cfg)
-    if correct is not None:
-        pool = difficulty.select(pool, correct, cfg.data.subset, cfg.data.difficulty_k)
-    return pool[: cfg.eval.n_val]
-
-
 def _difficulty(cfg: RunConfig, model, tok, base_key: dict, verbose: bool) -> dict:
     rows = online_prompts(cfg) + validation_pool(cfg)
     return _on_main_first(lambda: difficulty.measure(model, tok, rows, cfg, base_key, verbose=verbose))
@@ -212,16 +181,6 @@ def _tracker(cfg: RunConfig, d: Path) -> Tracker:
         group=arm,
         config=cfg.model_dump(mode="json"),
     )
-
-
-def random_reward(completion: str, answer: str) -> float:
-    """1 or 0 from a hash of the completion and the problem: as often right as wrong, unrelated to
-    correctness, the same for the same text (the random-reward control)."""
-    return float(hashlib.sha256(f"{answer}\x00{completion}".encode()).digest()[0] & 1)
-
-
-def reward_function(grader: str):
-    return random_reward if grader == "random" else functools.partial(is_correct, mode=grader)
 
 
 def _one_line(exc: BaseException) -> str:
