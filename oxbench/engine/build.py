@@ -25,7 +25,7 @@ from oxbench.engine.model import build_engine, online_policy, policy_weights
 from oxbench.engine.plan import Capabilities, RunPlan
 from oxbench.engine.reference import LiveReference
 from oxbench.engine.rollout import RolloutWorker, vllm_options
-from oxbench.engine.sources import DatasetSource, Rounds, make_source
+from oxbench.engine.sources import Rounds, make_source
 from oxbench.tasks.grading import is_correct
 from oxbench.text import decode
 
@@ -71,16 +71,7 @@ def _offline(
     examples = encode_examples(caps.data, rows, tokenizer, cfg.data.max_len, kl_seed=plan.seeds["data"])
     if not examples:
         raise RuntimeError(f"run {run}: no training examples for data kind {caps.data!r}")
-    source = DatasetSource(
-        examples,
-        caps.data,
-        seed=plan.seeds["data"],
-        batch_size=t.batch_size,
-        grad_accum=accum,
-        epochs=t.epochs,
-        max_steps=t.max_steps,
-        run=run,
-    )
+    source = make_source(plan, examples=examples, grad_accum=accum)
     live_ref = LiveReference(model) if caps.reference == "live" else None
     engine = build_engine(model, cfg, source.total_steps, grad_accum=accum)
     if caps.reference == "cached":
@@ -163,8 +154,8 @@ def _online_source(plan: RunPlan, prompts: list[dict], worker, engine, paths: di
         data_seed=seeds["data"],
     )
     return make_source(
-        plan.source,
-        rounds,
+        plan,
+        rounds=rounds,
         backend=paths["online.backend"],
         live_ref=live_ref,
         per_iteration=rounds_per_iteration(plan.caps, len(prompts), cfg),

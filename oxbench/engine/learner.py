@@ -16,8 +16,10 @@ reference's), and steps at the end. On a rollout batch (online methods) it
 * runs the loss on each micro-batch (sampled token ids, behaviour log-probs from the generation
   pass, no re-tokenising) and steps the optimiser at the end.
 
-Either way it carries the loss's state (:class:`LossState`) and, after the step, moves a reference
-that the spec updates (``reference_update``: TR-DPO).
+Either way each micro-batch goes through the one :meth:`Learner.micro_step` (loss, finite check,
+backward, and at the last one the gradient norm and DeepSpeed's optimiser step). The learner carries
+the loss's state (:class:`LossState`) and, after the step, moves a reference that the spec updates
+(``reference_update``: TR-DPO).
 """
 
 from __future__ import annotations
@@ -174,7 +176,7 @@ class Learner:
     def _step_examples(self, batch, version: int, progress: float) -> tuple[list[dict], float | None]:
         """A dataset batch: its micro-batches' losses, each backward, and DeepSpeed's step (an optimiser
         step at the last, the accumulation boundary)."""
-        metrics, norm, spec = [], None, self.spec
+        metrics, norm = [], None
         for i, chunk in enumerate(batch.examples):
             inputs = build_offline_inputs(
                 self.caps.data,
@@ -187,17 +189,36 @@ class Learner:
             )
             if version == i == 0 and batch.reference is not None and self.check_reference:
                 check_reference_equal(inputs, self.caps.data, self.run)
-            inputs.progress, inputs.state = progress, self.state.value
-            out = spec.fn(inputs, **self.hparams)
-            check_finite(out, self.run, version)
-            self.state.offer(out.state)
-            self.engine.backward(out.loss)
-            if self.engine.is_gradient_accumulation_boundary():
-                norm = grad_norm(self.engine)
-            self.engine.step()
+            last = self.engine.is_gradient_accumulation_boundary()
+            out, at_last = self.micro_step(inputs, version, progress, last=last)
+            norm = at_last if last else norm
             metrics.append({"loss": out.loss.item(), **out.metrics})
         self.state.commit()
         return metrics, norm
+
+    def micro_step(
+        self, inputs, version: int, progress: float, *, last: bool, tied: bool = False, at_boundary=None
+    ):
+        """The one micro-step of every batch (examples, rollouts, self-sampled pairs): the loss on
+        ``inputs``, checked finite, backward (times 0 for a ``tied`` pair batch with nothing to learn:
+        DeepSpeed still needs the call), and DeepSpeed's step, an optimiser step at the ``last``
+        micro-batch. There, first, the gradient norm before clipping and ``at_boundary()`` (a learning
+        rate scaled for this step: put back after it). Returns the loss output and the norm (None but
+        at the last)."""
+        inputs.progress, inputs.state = progress, self.state.value
+        out = self.spec.fn(inputs, **self.hparams)
+        check_finite(out, self.run, version)
+        self.engine.backward(out.loss * 0.0 if tied else out.loss)
+        norm = scaled = None
+        if last:
+            norm = grad_norm(self.engine)
+            scaled = at_boundary() if at_boundary is not None else None
+        self.engine.step()
+        if scaled is not None:
+            self._restore_lr(*scaled)
+        if not tied:
+            self.state.offer(out.state)
+        return out, norm
 
     def _update_reference(self, version: int) -> None:
         """Apply the spec's ``reference_update`` after optimiser step ``version`` (TR-DPO), if it asks."""
@@ -275,28 +296,24 @@ class Learner:
         """One optimiser step over the prepared batch. Returns the micro-batches' metrics and the
         gradient norm (before clipping)."""
         metrics, norm, sums = [], None, []
+
+        def at_boundary():
+            self.diagnostics = self._diagnose(sums, prep, version)
+            return self._scale_lr()
+
         for m in range(self.micro_batches):
             inputs, extra, tied = self._inputs(prep, m, version)
-            inputs.progress, inputs.state = progress, self.state.value
-            out = self.spec.fn(inputs, **self.hparams)
-            check_finite(out, self.run, version)
-            self.engine.backward(out.loss * 0.0 if tied else out.loss)
             if not self.caps.own_pairs:
                 # π_old/μ on every pass, as VCPO: the weights consuming the batch (its first pass) vs behaviour
                 prox = inputs.prox_token_logps if inputs.prox_token_logps is not None else inputs.token_logps
                 sums.append(
                     diag.weight_sums(prox, inputs.old_token_logps, inputs.mask, self.diagnostic_is_cap)
                 )
-            scaled = None
-            if m == self.micro_batches - 1:
-                norm = grad_norm(self.engine)
-                self.diagnostics = self._diagnose(sums, prep, version)
-                scaled = self._scale_lr()
-            self.engine.step()
-            if scaled is not None:
-                self._restore_lr(*scaled)
-            if not tied:
-                self.state.offer(out.state)
+            last = m == self.micro_batches - 1
+            out, at_last = self.micro_step(
+                inputs, version, progress, last=last, tied=tied, at_boundary=at_boundary
+            )
+            norm = at_last if last else norm
             metrics.append(extra if tied else {"loss": out.loss.item(), **out.metrics, **extra})
         self.state.commit()
         return metrics, norm

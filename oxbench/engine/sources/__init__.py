@@ -89,15 +89,35 @@ class Source(Protocol):
 
 
 def make_source(
-    source: str, rounds: Rounds, *, backend: str, per_iteration: int | None = None, live_ref=None
-) -> RolloutSource:
-    """The online ``source`` the run's plan names (``RunPlan.source``), over ``rounds`` (:class:`Rounds`:
-    the settings, the prompts, the worker, the learner's weights). ``backend``: the sampler an
-    asynchronous producer runs; ``per_iteration`` and ``live_ref``: a SPIN-style method's iteration and
-    reference."""
+    plan,
+    *,
+    examples: list[dict] | None = None,
+    grad_accum: int | None = None,
+    rounds: Rounds | None = None,
+    backend: str = "hf",
+    per_iteration: int | None = None,
+    live_ref=None,
+) -> Source:
+    """The source the run's plan names (``RunPlan.source``, a :class:`~oxbench.engine.plan.RunPlan`):
+    ``dataset`` over the encoded ``examples`` (``grad_accum`` micro-batches a step: the plan's, or a
+    resumed layout's), or a rollout source over ``rounds`` (:class:`Rounds`: the settings, the prompts,
+    the worker, the learner's weights). ``backend``: the sampler an asynchronous producer runs;
+    ``per_iteration`` and ``live_ref``: a SPIN-style method's iteration and reference."""
+    if plan.source == "dataset":
+        t = plan.cfg.train
+        return DatasetSource(
+            examples,
+            plan.caps.data,
+            seed=plan.seeds["data"],
+            batch_size=t.batch_size,
+            grad_accum=grad_accum or plan.micro_batches,
+            epochs=t.epochs,
+            max_steps=t.max_steps,
+            run=plan.run_id,
+        )
     o = rounds.online
-    if source == "delayed":
+    if plan.source == "delayed":
         return DelayedSource(rounds, o.staleness)
-    if source == "async":
+    if plan.source == "async":
         return AsyncSource(rounds, o.staleness, o.queue_size, backend)
     return SyncSource(rounds, o.sync_every, per_iteration, live_ref)
