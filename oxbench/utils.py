@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import stat
@@ -364,3 +365,21 @@ def sha256_cached(path: Path) -> str:
     if key not in _HASHED:
         _HASHED[key] = sha256_file(Path(path))
     return _HASHED[key]
+
+
+def warmup_cosine(total: int, warmup: int, *, min_ratio=0.0, constant=False, peak_in_warmup=False):
+    """The one learning-rate schedule (a ``LambdaLR`` multiplier of ``step``): a linear warm-up over
+    ``warmup`` steps, then a cosine decay to ``min_ratio`` at ``total`` (or a flat 1 with ``constant``).
+    The warm-up reaches 1 at its last step with ``peak_in_warmup`` (base pre-training), else one step
+    after it (training: ``(step + 1) / (warmup + 1)``)."""
+    ramp = max(1, warmup) if peak_in_warmup else warmup + 1
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / ramp
+        if constant:
+            return 1.0
+        frac = (step - warmup) / max(1, total - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    return f

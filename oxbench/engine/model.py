@@ -8,7 +8,6 @@ losses, :func:`online_policy`), and only the loss differs after that.
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 import torch.nn as nn
@@ -17,6 +16,7 @@ import oxbench.device as placement
 from oxbench.config import RunConfig, zero_stage
 from oxbench.engine import distributed as D
 from oxbench.engine.reference import LiveReference
+from oxbench.utils import warmup_cosine as schedule
 
 
 class PolicyWithValue(nn.Module):
@@ -56,16 +56,7 @@ def warmup_cosine(
     """Linear warm-up (``warmup_steps``, else ``warmup_ratio`` of ``total``), then cosine decay to
     ``min_ratio`` (or a flat 1 with ``constant``)."""
     warmup = int(round(total * warmup_ratio)) if warmup_steps is None else warmup_steps
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        if constant:
-            return 1.0
-        frac = (step - warmup) / max(1, total - warmup)
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-    return f
+    return schedule(total, warmup, min_ratio=min_ratio, constant=constant)
 
 
 def build_engine(model, cfg: RunConfig, total_steps: int, grad_accum: int | None = None):

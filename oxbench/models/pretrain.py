@@ -19,7 +19,6 @@ share one cached base, so comparisons within a grid are unaffected.
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from oxbench.utils import (
     publish_dir,
     seal,
     temp_dir_beside,
+    warmup_cosine,
     write_json_atomic,
 )
 
@@ -137,7 +137,9 @@ def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
         for r in rows
     ]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine(cfg.warmup, cfg.updates))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, warmup_cosine(cfg.updates, cfg.warmup, peak_in_warmup=True)
+    )
     order = random.Random(cfg.seed)
     start, losses = time.time(), []
     model.train()
@@ -168,16 +170,6 @@ def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
     seal(tmp)  # before it is in place: no reader meets it unsealed
     publish_dir(tmp, out)  # another process finished first: keep theirs
     return out
-
-
-def _warmup_cosine(warmup: int, total: int):
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        progress_ = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress_)))
-
-    return f
 
 
 def read_info(path: Path) -> dict:
