@@ -71,7 +71,7 @@ def cells(model: str, n: int, grid: str, n_train: int = 32):
 def run_pool(model: str, n: int, workers: int, warm: bool, out: str, n_train: int) -> dict:
     """One pool over ``n`` cells (in this process); wall time, per-cell in-cell times, child peak RSS."""
     from oxbench.grid import executors
-    from oxbench.grid.runner import prepare_shared
+    from oxbench.grid.prepare import prepare_shared
 
     grid = cells(model, n, f"g{time.time_ns()}", n_train)
     prepare_shared(grid[0], verbose=False)  # the cache holds the base evaluation: cells only

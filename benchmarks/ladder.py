@@ -16,7 +16,7 @@ import argparse
 import yaml
 
 from oxbench.eval.evaluate import test_rows
-from oxbench.grid.runner import base_metrics
+from oxbench.grid.prepare import base_metrics
 from oxbench.grid.spec import _set, expand, load_grid
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.models.pretrain import read_info

@@ -155,7 +155,7 @@ def test_a_prepared_shared_key_skips_its_preparation_process(micro_model_dir, mo
     made leaves the cache, it prepares again."""
     from oxbench.config import RunConfig
     from oxbench.grid import executors
-    from oxbench.grid.runner import prepare_shared
+    from oxbench.grid.prepare import prepare_shared
     from oxbench.grid.shared import is_prepared
 
     cfg = RunConfig(

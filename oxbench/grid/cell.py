@@ -18,7 +18,8 @@ from pathlib import Path
 from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
 from oxbench.engine.checkpoint import signals_handled
-from oxbench.grid.runner import prepare_shared, run_cell
+from oxbench.grid.prepare import prepare_shared
+from oxbench.grid.runner import run_cell
 from oxbench.grid.runs import LOCKED_EXIT, read_record, run_dir, run_lock, stale_data
 from oxbench.plugins import load_env_plugins
 

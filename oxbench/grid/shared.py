@@ -1,7 +1,7 @@
 """What the cells of a grid share (a base model, its evaluation, self-play data, a difficulty
 measurement), and whether it is already in the cache. The grid process asks both before it starts a
 preparation process, so this module imports no torch: a grid that restarts with everything prepared
-starts no preparation and loads no model (:mod:`oxbench.grid.runner` makes what is shared)."""
+starts no preparation and loads no model (:mod:`oxbench.grid.prepare` makes what is shared)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def shared_label(cfg: RunConfig) -> str:
 
 
 def prepared_marker(cfg: RunConfig) -> Path:
-    """The file :func:`~oxbench.grid.runner.prepare_shared` writes last: the paths it made."""
+    """The file :func:`~oxbench.grid.prepare.prepare_shared` writes last: the paths it made."""
     key = content_hash({"shared": shared_key(cfg), "eval": cfg.eval.hash_view(), "seed": cfg.seeds()["eval"]})
     return cache_root() / "prepared" / f"{key}.json"
 
