@@ -261,6 +261,7 @@ class Checkpointer:
         self.saved: list[int] = []
         self._last = 0  # the step of the last boundary (or of the checkpoint resumed from)
         self.fell_back: list[str] = []  # why newer checkpoints were passed over at the last load
+        self._verified: str | None = None  # the checkpoint layout() has just checked whole (rank 0)
 
     @classmethod
     def from_config(cls, run_dir: Path, cfg) -> Checkpointer:
@@ -335,6 +336,7 @@ class Checkpointer:
         found = None
         if D.is_main():
             d, _ = newest_usable(self.root)
+            self._verified = None if d is None else d.name
             found = None if d is None else json.loads((d / MANIFEST).read_text()).get("layout")
         return D.all_gather_objects(found)[0]
 
@@ -348,8 +350,10 @@ class Checkpointer:
             for partial in self.root.glob(".step-*.partial"):  # a write that died (killed, a full disk)
                 shutil.rmtree(partial, ignore_errors=True)
             self.fell_back = []
+            verified, self._verified = self._verified, None  # layout()'s check serves this load only
             for step in self._steps():
-                why = verify(self.root / f"step-{step:08d}")
+                name = f"step-{step:08d}"  # its files were hashed by layout() just before, when it ran
+                why = None if name == verified else verify(self.root / name)
                 if why is None:
                     choice = step
                     break
