@@ -81,3 +81,12 @@ def test_at_most_eight_modules_at_the_package_root():
 
 def test_the_check_sees_an_import():
     assert "oxbench.text.formatting" in imports("oxbench.eval")[str(Path("oxbench/eval/evaluate.py"))]
+
+
+def test_the_runner_keeps_only_the_cells_life():
+    """grid/runner.py (lock, plan, record, status, failures) leans on at most eight oxbench modules; what
+    a cell does (load, prepare, train, evaluate) is grid/stages.py's."""
+    runner = imports("oxbench.grid")[str(Path("oxbench/grid/runner.py"))]
+    ours = sorted(m for m in runner if m.startswith("oxbench"))
+    assert len(ours) <= 8, ours
+    assert "oxbench.grid.stages" in ours

@@ -164,12 +164,12 @@ def test_other_errors_are_not_out_of_memory():
 
 
 def test_a_cell_that_runs_out_of_memory_records_the_one_line(micro_model_dir, tmp_path, monkeypatch):
-    from oxbench.grid import runner
+    from oxbench.grid import runner, stages
 
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(runner, "train", oom)
+    monkeypatch.setattr(stages, "train", oom)
     cfg = RunConfig(grid="g", method="sft", model={"name": micro_model_dir}, data={"n_train": 8})
     rec = runner.run_cell(cfg, tmp_path, verbose=False)
     assert rec["status"] == "failed"

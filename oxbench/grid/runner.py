@@ -14,48 +14,14 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from oxbench.config import RunConfig, zero_stage
-from oxbench.data.selection import validation_rows
+from oxbench.config import RunConfig
 from oxbench.engine import distributed as D
-from oxbench.engine.build import train
-from oxbench.engine.checkpoint import Checkpointer, Preempted
-from oxbench.engine.curves import Curve
-from oxbench.engine.memory import check_run, gpu_peak_gib, oom_line, reset_gpu_peak
-from oxbench.engine.model import policy_weights
+from oxbench.engine.checkpoint import Preempted
+from oxbench.engine.memory import gpu_peak_gib, oom_line, reset_gpu_peak
 from oxbench.engine.plan import RunPlan, resolve
-from oxbench.eval.evaluate import eval_backend, evaluate
-from oxbench.grid.prepare import base_metrics, measured_difficulty, on_main_first, prepare_data
-from oxbench.grid.record import RunRecord, arm_label
-from oxbench.grid.runs import REPLACED, MetricsLog, data_fingerprint, git_sha, packages, run_dir, write_record
-from oxbench.models.loading import base_model_path, count_parameters, load_model
-from oxbench.tasks.rewards import reward_function
-from oxbench.tracking import Tracker
-from oxbench.utils import content_hash, write_jsonl_atomic
-
-
-def _curve(cfg: RunConfig, model, tok, base_key: dict, d: Path, tracker: Tracker | None) -> Curve | None:
-    if cfg.eval.every is None:
-        return None
-    correct = measured_difficulty(cfg, model, tok, base_key, False) if cfg.data.subset is not None else None
-    rows = validation_rows(cfg, correct)
-    curve = Curve(cfg, model, tok, rows, d / "curve.jsonl", seed=cfg.seeds()["eval"])
-    curve.tracker = tracker if D.is_main() else None
-    return curve
-
-
-def _tracker(cfg: RunConfig, d: Path) -> Tracker:
-    """The run's live trackers: project = grid, run = "<arm> s<seed>", group = arm."""
-    arm = arm_label(cfg.arm(), cfg.method)
-    return Tracker.start(
-        cfg.track,
-        run_dir=d,
-        project=cfg.grid,
-        name=f"{arm} s{cfg.seed}",
-        group=arm,
-        config=cfg.model_dump(mode="json"),
-    )
+from oxbench.grid.record import RunRecord
+from oxbench.grid.runs import REPLACED, new_record, run_dir, write_record
+from oxbench.grid.stages import CellWork
 
 
 def _one_line(exc: BaseException) -> str:
@@ -66,12 +32,12 @@ def _one_line(exc: BaseException) -> str:
 def run_cell(cfg: RunConfig, out: Path, *, verbose: bool = True) -> dict:
     """Train and evaluate one configuration; returns its record (``status`` finished, preempted or
     failed: a failure is recorded with its one-line cause, never swallowed)."""
-    cell = _Cell(cfg, run_dir(out, cfg.grid, cfg.run_id()), _new_record(cfg), verbose)
-    cell.record.rerun = (cell.dir / REPLACED).is_file()
     D.init_distributed(cfg.faults.collective_timeout_s)
     reset_gpu_peak()
-    cell.record.world_size, cell.record.nodes = D.world_size(), int(os.environ.get("GROUP_WORLD_SIZE", 1))
-    cell.record.zero_stage = zero_stage(cfg)
+    nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1))
+    record = new_record(cfg, world_size=D.world_size(), nodes=nodes)
+    cell = _Cell(cfg, CellWork(cfg, run_dir(out, cfg.grid, cfg.run_id()), verbose), record)
+    cell.record.rerun = (cell.dir / REPLACED).is_file()
     try:
         try:
             if D.is_main():
@@ -100,59 +66,33 @@ def _stopped(cell: _Cell, exc: Preempted) -> None:
         cell.end("preempted", f"Preempted: {exc}")
 
 
-def _new_record(cfg: RunConfig) -> RunRecord:
-    return RunRecord(
-        run_id=cfg.run_id(),
-        grid=cfg.grid,
-        status="running",
-        scale=cfg.model.name,
-        method=cfg.method,
-        seed=cfg.seed,
-        lora=cfg.model.lora.enabled,
-        arm=cfg.arm(),
-        seeds=cfg.seeds(),
-        config=cfg.model_dump(),
-        config_hash=content_hash(cfg.identity()),
-        git_sha=git_sha(),
-        packages=packages(),
-        data_files=data_fingerprint(cfg.task.model_dump()) or None,
-    )
-
-
 @dataclass
 class _Cell:
-    """One cell's run: its record, filled in as it trains and evaluates, and its tracker."""
+    """One cell's life: its record, filled in as its stages load, train and evaluate."""
 
     cfg: RunConfig
-    dir: Path
+    work: CellWork
     record: RunRecord
-    verbose: bool
-    tracker: Tracker = field(default_factory=Tracker)  # none until the run starts training
     t0: float = field(default_factory=time.time)
 
+    @property
+    def dir(self) -> Path:
+        return self.work.dir
+
     def run(self, plan: RunPlan) -> None:
-        cfg, rec, seeds = self.cfg, self.record, plan.seeds
-        spec = plan.spec
+        rec, spec, work = self.record, plan.spec, self.work
         rec.paradigm, rec.data_kind, rec.loss_version = spec.paradigm, plan.caps.data, spec.version
         rec.loss_hparams, rec.loss_paper = plan.hparams, spec.paper
-        base_path, base_key = on_main_first(
-            lambda: base_model_path(cfg, verbose=self.verbose and D.is_main())
-        )
-        model, tok = load_model(base_path, cfg, init_seed=seeds["init"])
-        rec.scale_params = count_parameters(model)
-        check_run(plan, model, run=plan.run_id)  # one line if it cannot fit
+        model, tok = work.load(plan, rec)
         t_data = time.time()
-        rows, rec.data = prepare_data(plan, model, tok, base_key, verbose=self.verbose)
+        rows = work.rows(plan, model, tok, rec)
         t_train = time.time()
-        engine, res = self._train(plan, model, tok, rows, base_key)
+        engine, res = work.train(plan, model, tok, rows)
         rec.resumed_from_step, rec.data_order_sha = res.resumed_from, res.data_order_sha
         rec.optimizer_steps, rec.loss_state = res.optimizer_steps, res.loss_state
         rec.compute, rec.collapse = res.compute or None, res.collapse
-        rec.paths = {**res.paths, "eval.backend": eval_backend(cfg, model)}
         t_eval = time.time()
-        state = policy_weights(engine)
-        if D.is_main():
-            self._evaluate(state, base_path, base_key, tok, res)
+        work.evaluate(engine, model, tok, res, rec)
         rec.timing = {
             "data_s": round(t_train - t_data, 1),
             "train_s": round(t_eval - t_train, 1),
@@ -160,37 +100,6 @@ class _Cell:
             "total_s": round(time.time() - self.t0, 1),
         }
         rec.status = "finished"
-
-    def _train(self, plan: RunPlan, model, tok, rows: list[dict], base_key: dict):
-        cfg = self.cfg
-        torch.manual_seed(plan.seeds["init"])
-        if D.is_main():
-            self.tracker = _tracker(cfg, self.dir)
-        log = MetricsLog(self.dir / "metrics.jsonl", self.tracker) if D.is_main() else None
-        ckpt = Checkpointer.from_config(self.dir, cfg)
-        if plan.caps.online:
-            curve = _curve(cfg, model, tok, base_key, self.dir, self.tracker)
-            reward = reward_function(cfg.online.reward_grader)
-            return train(plan, model, tok, rows, logger=log, ckpt=ckpt, reward_fn=reward, curve=curve)
-        ref_key = {**base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}
-        return train(plan, model, tok, rows, logger=log, ckpt=ckpt, ref_key=ref_key)
-
-    def _evaluate(self, state: dict, base_path: str, base_key: dict, tok, res) -> None:
-        """Rank 0: the trained weights in a fresh copy of the base, evaluated; the model saved if asked."""
-        cfg, rec = self.cfg, self.record
-        eval_model, _ = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])
-        eval_model.load_state_dict(state)
-        if cfg.train.save_model:
-            eval_model.save_pretrained(self.dir / "model")
-            tok.save_pretrained(self.dir / "model")
-        metrics, outcomes = evaluate(
-            eval_model, tok, cfg, seed=cfg.seeds()["eval"], label=f"{rec.run_id}: eval"
-        )
-        metrics["final_loss"] = (res.history[-1] if res.history else {}).get("loss")
-        metrics.update(base_metrics(cfg, base_path, base_key))
-        rec.metrics = metrics
-        write_jsonl_atomic(self.dir / "eval.jsonl", outcomes)
-        self.tracker.log("eval", metrics, res.optimizer_steps)
 
     def end(self, status: str, error: str) -> None:
         self.record.status, self.record.error = status, error
@@ -205,11 +114,10 @@ class _Cell:
         ) is not None:  # this process's peak on its GPU (vLLM's server: not counted)
             rec.timing = {**(rec.timing or {}), "peak_gpu_gib": peak}
         if D.is_main():
-            self.tracker.close()
-            rec.tracking = self.tracker.status or None
+            self.work.close_tracker(rec)
             self._write_record()
             if rec.status == "finished":
-                Checkpointer.from_config(self.dir, self.cfg).finish()
+                self.work.drop_checkpoints()
         if rec.status == "failed" and D.world_size() > 1:
             _leave_the_world()
         D.barrier()

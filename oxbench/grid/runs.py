@@ -17,9 +17,11 @@ from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from oxbench.config import RunConfig, zero_stage
 from oxbench.grid.record import RunRecord
 from oxbench.utils import (
     UnsafeFile,
+    content_hash,
     errors_naming,
     read_json_checked,
     sha256_cached,
@@ -43,6 +45,29 @@ PACKAGES = (
     "pandas",
     "pydantic",
 )
+
+
+def new_record(cfg: RunConfig, *, world_size: int, nodes: int) -> RunRecord:
+    """A cell's record as it starts: ``running``, with everything that names what it runs and where."""
+    return RunRecord(
+        run_id=cfg.run_id(),
+        grid=cfg.grid,
+        status="running",
+        scale=cfg.model.name,
+        method=cfg.method,
+        seed=cfg.seed,
+        lora=cfg.model.lora.enabled,
+        arm=cfg.arm(),
+        seeds=cfg.seeds(),
+        config=cfg.model_dump(),
+        config_hash=content_hash(cfg.identity()),
+        git_sha=git_sha(),
+        packages=packages(),
+        data_files=data_fingerprint(cfg.task.model_dump()) or None,
+        world_size=world_size,
+        nodes=nodes,
+        zero_stage=zero_stage(cfg),
+    )
 
 
 def run_dir(out: Path, grid: str, run_id: str) -> Path:
