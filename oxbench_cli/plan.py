@@ -32,42 +32,12 @@ def _stale_note(counts: dict[str, int]) -> str:
 
 
 def _estimate_seconds(cfg, plan=None) -> float:
-    """A rough CPU estimate of one cell: FLOPs = 6 x params x training tokens + 2 x params x
-    generated tokens x 20 (decoding is latency-bound), then ``26 s + FLOPs / 94 GFLOP/s``.
-
-    The two constants are a least-squares fit to the 108 cells of an early ``oxrl_core`` run (one
-    thread per cell, two cells side by side on a 2-core CPU; process start-up included): per
-    scale the fit's mean is within 10% of the measured one (tiny-xs 28 vs 26 s, tiny-l 161 vs
-    160 s). Shared pre-training and self-play are not included. GPU runs are far faster."""
-    import re
-
-    from oxbench.models.tiny import LADDER
-
-    if cfg.model.name in LADDER:
-        hidden, layers = LADDER[cfg.model.name][:2]
-        params = 12 * layers * hidden**2
-    else:
-        m = re.search(r"(\d+(?:\.\d+)?)[bB]", cfg.model.name)
-        params = float(m.group(1)) * 1e9 if m else 1e9
-    seq = 130 if cfg.task.name == "arith" else 400
+    """One cell's CPU estimate (:func:`oxbench.engine.cost.cpu_seconds`), from its resolved plan."""
+    from oxbench.engine.cost import cpu_seconds
     from oxbench.engine.plan import resolve
 
     plan = plan or resolve(cfg, live=False)
-    o = cfg.online
-    if plan.caps.online:
-        train_tokens = o.prompts_per_batch * o.n * o.rounds * o.inner_epochs * seq
-        gen_tokens = o.prompts_per_batch * o.n * o.rounds * o.max_new_tokens
-    else:
-        n = cfg.data.n_train or (7473 if cfg.task.name == "gsm8k" else 1000)
-        train_tokens = n * cfg.train.epochs * seq * (2 if plan.caps.data in ("pairs", "unpaired") else 1)
-        gen_tokens = 0
-    e = cfg.eval
-    n_test = e.n_test or 1319
-    gen_tokens += (
-        n_test + (e.n_ood if cfg.task.name == "arith" else 0) + e.n_sampled * e.n_samples
-    ) * e.max_new_tokens
-    flops = 6 * params * train_tokens + 2 * params * gen_tokens * 20  # decoding is latency-bound: x20
-    return 26 + flops / 9.4e10
+    return cpu_seconds(cfg, online=plan.caps.online, pairs=plan.caps.data in ("pairs", "unpaired"))
 
 
 def print_plan(cells, out: Path) -> dict:

@@ -12,7 +12,7 @@
   Cells with ``online.backend vllm`` are recorded as skipped, with the reason, where vllm is not
   importable. Cells run in the recipe's order: a cut-short smoke has the core methods first.
 * ``summary``: per cell its status, tokens/s (trained, generated), rollouts/s, the weight-sync time, the
-  peak GPU memory and the estimate of oxbench.engine.memory beside it, and TRL's GRPOTrainer against
+  peak GPU memory and the estimate of oxbench.engine.cost beside it, and TRL's GRPOTrainer against
   oxbench from ``benchmarks/throughput.py`` (``throughput.json``); ``summary.json`` and ``summary.md``.
 """
 
@@ -116,10 +116,11 @@ def _rate(num, den) -> float | None:
 
 
 def estimate_gib(rec: dict, shape) -> float | None:
-    """oxbench.engine.memory's per-rank estimate for the cell's record (its peak padded to data.max_len)."""
+    """oxbench.engine.cost's per-rank estimate for the cell's record (its peak padded to data.max_len)."""
     import losses
     from oxbench.config import RunConfig
-    from oxbench.engine import memory as M
+    from oxbench.engine import cost as M
+    from oxbench.engine.memory import gpu_bytes
 
     try:
         cfg, spec = RunConfig(**rec["config"]), losses.get(rec["method"])
@@ -129,7 +130,7 @@ def estimate_gib(rec: dict, shape) -> float | None:
     hp = spec.resolve_hparams(cfg.loss)
     setup = M.setup_for_run(cfg, shape.vocab, online=online, pairs=spec.data == "pairs",
                             reference=online and spec.uses_reference(hp), world=rec.get("world_size") or 1,
-                            gpu_bytes=M.gpu_bytes() or 80 * M.GIB)  # fmt: skip
+                            gpu_bytes=gpu_bytes() or 80 * M.GIB)  # fmt: skip
     return round(M.estimate(shape, setup).total / M.GIB, 1)
 
 
@@ -166,7 +167,7 @@ def summarize(out: Path, model_dir: Path) -> dict:
     """``summary.json`` and ``summary.md`` in ``out``: every cell, the skipped ones, TRL side by side."""
     from transformers import AutoConfig
 
-    from oxbench.engine.memory import ModelShape
+    from oxbench.engine.cost import ModelShape
 
     shape = ModelShape.from_config(AutoConfig.from_pretrained(model_dir))
     cells_ = [cell_row(p.parent, shape) for p in sorted((out / "gpu_smoke").glob("*/run.json"))]

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,20 @@ def test_the_runner_keeps_only_the_cells_life():
     ours = sorted(m for m in runner if m.startswith("oxbench"))
     assert len(ours) <= 8, ours
     assert "oxbench.grid.stages" in ours
+
+
+def test_cost_estimates_have_one_home():
+    """Every cost estimate (memory per rank, GPU time, CPU time) is oxbench/engine/cost.py's: no other module
+    of the package or the CLI writes the arithmetic (FLOPs per parameter and token, rates, bytes per
+    parameter)."""
+    arithmetic = re.compile(r"[0-9] \* params\b|\bparams \* [a-z_]*tokens|\d(\.\d+)?e1[0-9]\b|ADAM\[|BYTES\[")
+    found = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for package in ("oxbench", "oxbench_cli")
+        for path in (ROOT / package).rglob("*.py")
+        if path.name != "cost.py"
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if arithmetic.search(line)
+    ]
+    assert found == []
+    assert arithmetic.search("flops = 6 * params * train_tokens")  # the check sees what it must refuse

@@ -1,4 +1,4 @@
-"""A cell's compute ledger from its config (oxbench/engine/ledger.py): the counts a real run records, as
+"""A cell's compute ledger from its config (oxbench/engine/cost.py): the counts a real run records, as
 upper bounds, and the expected time on GPUs that the table in docs/gpus.md gives."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from helpers import cfg_for, length_parity_reward, rows_for, train_online
 
 import losses
 from oxbench.config import RunConfig
+from oxbench.engine import cost as L
 from oxbench.engine import distributed as D
-from oxbench.engine import ledger as L
-from oxbench.engine.memory import QWEN25
-from oxbench.grid.estimates import ledger_table
+from oxbench.engine.cost import QWEN25
 from oxbench.models.loading import load_model
+from oxbench_cli.costs import ledger_table
 
 
 def test_the_expected_ledger_bounds_what_an_online_run_records(micro_model_dir):
@@ -57,4 +57,4 @@ def test_expected_seconds_at_the_stated_rates():
 
 def test_the_docs_table_is_the_ledgers():
     docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpus.md"), encoding="utf-8").read()
-    assert ledger_table() in docs, "docs/gpus.md: paste `python -m oxbench.grid.estimates`'s second table"
+    assert ledger_table() in docs, "docs/gpus.md: paste the second table `oxbench costs` prints"

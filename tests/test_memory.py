@@ -1,4 +1,4 @@
-"""GPU memory per rank, computed (oxbench/engine/memory.py); the pre-flight check; one-line out-of-memory
+"""GPU memory per rank, computed (oxbench/engine/cost.py); the pre-flight check; one-line out-of-memory
 errors in a cell's record while the grid goes on."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import losses
 from oxbench.config import RunConfig
+from oxbench.engine import cost as C
 from oxbench.engine import memory as M
 
 GB = 1e9
@@ -27,34 +28,34 @@ def small_config(tie: bool) -> Qwen2Config:
 def test_the_parameter_count_is_the_models(tie):
     """The shape's count equals the parameters of a real Qwen2 model built from the same config."""
     model = Qwen2ForCausalLM(small_config(tie))
-    shape = M.ModelShape.from_config(model.config)
+    shape = C.ModelShape.from_config(model.config)
     assert shape.params() == sum(p.numel() for p in model.parameters())
 
 
 def test_qwen25_sizes_and_7b_bf16_weights():
     """The written-down configs give the released sizes; 7B's bf16 weights are 15.2 GB."""
-    counts = {k: s.params() / 1e9 for k, s in M.QWEN25.items()}
+    counts = {k: s.params() / 1e9 for k, s in C.QWEN25.items()}
     assert counts["0.5B"] == pytest.approx(0.494, abs=0.002) and counts["1.5B"] == pytest.approx(
         1.544, abs=0.002
     )
     assert counts["3B"] == pytest.approx(3.086, abs=0.002) and counts["7B"] == pytest.approx(7.616, abs=0.002)
-    est = M.estimate(M.QWEN25["7B"], M.Setup(dtype="bf16"))
+    est = C.estimate(C.QWEN25["7B"], C.Setup(dtype="bf16"))
     assert est.weights / GB == pytest.approx(15.23, abs=0.02)
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_zero_stages_divide_what_they_shard_by_the_world_size(stage):
-    shape = M.QWEN25["1.5B"]
-    one, eight = (M.estimate(shape, M.Setup(world=w, zero_stage=stage)) for w in (1, 8))
+    shape = C.QWEN25["1.5B"]
+    one, eight = (C.estimate(shape, C.Setup(world=w, zero_stage=stage)) for w in (1, 8))
     for part, sharded_from in (("optimizer", 1), ("gradients", 2), ("weights", 3)):
         ratio = getattr(one, part) / getattr(eight, part)
         assert ratio == pytest.approx(8 if stage >= sharded_from else 1, rel=1e-6), part
 
 
 def test_lora_cuts_gradients_and_optimiser_state_but_not_weights():
-    shape = M.QWEN25["7B"]
-    full = M.estimate(shape, M.Setup(zero_stage=3, world=8))
-    lora = M.estimate(shape, M.Setup(zero_stage=3, world=8, lora_r=16))
+    shape = C.QWEN25["7B"]
+    full = C.estimate(shape, C.Setup(zero_stage=3, world=8))
+    lora = C.estimate(shape, C.Setup(zero_stage=3, world=8, lora_r=16))
     assert lora.weights == full.weights
     assert lora.optimizer < full.optimizer / 100 and lora.gradients < full.gradients / 100
     # r=16 on q, k, v, o of 28 layers: 16 x (2 x 3584 + 2 x 3584 + 2 x (3584 + 512)) per layer
@@ -62,22 +63,22 @@ def test_lora_cuts_gradients_and_optimiser_state_but_not_weights():
 
 
 def test_the_rollout_copy_is_whole_on_every_rank_and_vllm_is_a_share_or_nothing():
-    shape, gpu = M.QWEN25["7B"], 80 * M.GIB
-    base = M.Setup(zero_stage=3, world=8, gpu_bytes=gpu)
-    hf = M.estimate(shape, dataclasses.replace(base, backend="hf"))
+    shape, gpu = C.QWEN25["7B"], 80 * C.GIB
+    base = C.Setup(zero_stage=3, world=8, gpu_bytes=gpu)
+    hf = C.estimate(shape, dataclasses.replace(base, backend="hf"))
     assert hf.rollout_weights == shape.params() * 2 and hf.rollout_weights / hf.weights == pytest.approx(8)
     assert hf.rollout_kv > 0
-    colocated = M.estimate(shape, dataclasses.replace(base, backend="vllm", vllm_share=0.25))
-    separate = M.estimate(shape, dataclasses.replace(base, backend="vllm", vllm_placement="separate"))
-    assert colocated.rollout_weights == 20 * M.GIB and colocated.rollout_kv == 0
+    colocated = C.estimate(shape, dataclasses.replace(base, backend="vllm", vllm_share=0.25))
+    separate = C.estimate(shape, dataclasses.replace(base, backend="vllm", vllm_placement="separate"))
+    assert colocated.rollout_weights == 20 * C.GIB and colocated.rollout_kv == 0
     assert separate.rollout_weights == separate.rollout_kv == 0
-    assert M.estimate(shape, base).rollout_weights == 0  # offline
+    assert C.estimate(shape, base).rollout_weights == 0  # offline
 
 
 def test_gradient_checkpointing_keeps_one_layer_of_activations():
-    shape = M.QWEN25["3B"]
-    plain = M.estimate(shape, M.Setup(micro_seqs=8, seq_len=1024))
-    ckpt = M.estimate(shape, M.Setup(micro_seqs=8, seq_len=1024, gradient_checkpointing=True))
+    shape = C.QWEN25["3B"]
+    plain = C.estimate(shape, C.Setup(micro_seqs=8, seq_len=1024))
+    ckpt = C.estimate(shape, C.Setup(micro_seqs=8, seq_len=1024, gradient_checkpointing=True))
     assert ckpt.activations < plain.activations / 5
     assert ckpt.logits == plain.logits  # the logits are not recomputed away
 
@@ -85,34 +86,34 @@ def test_gradient_checkpointing_keeps_one_layer_of_activations():
 def test_preflight_says_in_one_line_that_the_7b_rollout_copy_cannot_fit():
     """7B under ZeRO-3 on one 80 GB GPU: shards and optimiser state fit (with LoRA) but not beside a
     full bf16 copy and a reference; the error names the copy's size and what to change."""
-    shape = M.QWEN25["7B"]
-    setup = M.Setup(zero_stage=3, world=1, lora_r=16, backend="hf", reference=True, gpu_bytes=40 * M.GIB)
+    shape = C.QWEN25["7B"]
+    setup = C.Setup(zero_stage=3, world=1, lora_r=16, backend="hf", reference=True, gpu_bytes=40 * C.GIB)
     with pytest.raises(M.PreflightError) as err:
-        M.preflight(shape, setup, run="r7b", gpu_bytes=40 * M.GIB)
+        M.preflight(shape, setup, run="r7b", gpu_bytes=40 * C.GIB)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("run r7b: the hf rollout copy needs 14.2 GiB per rank")
     assert "online.backend vllm" in msg and "model.lora.enabled" in msg
     fits = M.preflight(shape, dataclasses.replace(setup, backend="vllm", vllm_placement="separate"),
-                       run="r7b", gpu_bytes=40 * M.GIB)  # fmt: skip
+                       run="r7b", gpu_bytes=40 * C.GIB)  # fmt: skip
     assert fits.rollout_weights == 0
-    assert M.preflight(shape, setup, run="r7b", gpu_bytes=None).total > 40 * M.GIB  # no GPU: no check
+    assert M.preflight(shape, setup, run="r7b", gpu_bytes=None).total > 40 * C.GIB  # no GPU: no check
 
 
 def test_preflight_without_a_copy_names_the_shards():
     with pytest.raises(
         M.PreflightError, match=r"^run r: needs 1\d\d\.\d GiB per rank before activations \(ZeRO-0"
     ):
-        M.preflight(M.QWEN25["7B"], M.Setup(zero_stage=0), run="r", gpu_bytes=80 * M.GIB)
+        M.preflight(C.QWEN25["7B"], C.Setup(zero_stage=0), run="r", gpu_bytes=80 * C.GIB)
 
 
 def test_setup_for_run_reads_the_run_config():
     cfg = RunConfig(method="sgrpo", model={"dtype": "bf16", "lora": {"enabled": True, "r": 8}},
                     train={"zero_stage": 3, "batch_size": 2}, data={"max_len": 512},
                     online={"n": 8, "prompts_per_batch": 16, "max_new_tokens": 64})  # fmt: skip
-    s = M.setup_for_run(cfg, 151936, online=True, reference=True, world=4)
+    s = C.setup_for_run(cfg, 151936, online=True, reference=True, world=4)
     assert (s.zero_stage, s.dtype, s.lora_r, s.backend, s.world) == (3, "bf16", 8, "hf", 4)
     assert s.micro_seqs == 2 * 8 and s.seq_len == 512 and s.gen_seqs == 4 * 8 and s.gen_new == 64
-    offline = M.setup_for_run(cfg.model_copy(update={"method": "dpo"}), 151936, online=False, pairs=True)
+    offline = C.setup_for_run(cfg.model_copy(update={"method": "dpo"}), 151936, online=False, pairs=True)
     assert offline.backend is None and offline.micro_seqs == 4
 
 
@@ -126,7 +127,7 @@ def test_check_run_is_skipped_without_cuda(micro_model_dir):
 
 def test_the_docs_table_is_the_estimators():
     docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpus.md"), encoding="utf-8").read()
-    assert M.readme_table() in docs, "docs/gpus.md: paste `python -m oxbench.engine.memory`'s table"
+    assert C.memory_table() in docs, "docs/gpus.md: paste the first table `oxbench costs` prints"
 
 
 # --------------------------------------------------------------------------- out of memory
@@ -271,13 +272,13 @@ def _measured_and_estimated(scale: str, backend: str | None, dtype: str = "fp32"
         _, peak = M.cpu_peak_bytes(
             lambda: train_offline(cfg, spec, spec.resolve_hparams(), model, tok, rows, run="mem")
         )
-    shape = M.ModelShape.from_config(model.config)
+    shape = C.ModelShape.from_config(model.config)
     # GRPO's KL reference (beta 0.04): a live frozen copy beside the policy, as check_run counts it
-    setup = M.setup_for_run(
+    setup = C.setup_for_run(
         cfg, shape.vocab, online=online, reference=online and spec.uses_reference(spec.resolve_hparams())
     )
     assert {n for n, _ in widths} == {setup.micro_seqs}
-    est = M.estimate(shape, dataclasses.replace(setup, seq_len=max(t for _, t in widths)))
+    est = C.estimate(shape, dataclasses.replace(setup, seq_len=max(t for _, t in widths)))
     return loaded + peak, est.total - est.cuda_context
 
 
