@@ -83,6 +83,14 @@ class _Decisions:
         return float(hparams.get("entropy_coef", 0.0) or 0.0) != 0
 
 
+class MissingInputs(ValueError):
+    """A loss called without the inputs it needs; the message names the loss and what is missing."""
+
+    def __init__(self, loss: str, missing: list[str], present: list[str]):
+        self.loss, self.missing, self.present = loss, missing, present
+        super().__init__(f"loss {loss!r} needs LossInputs.{', '.join(missing)} (got: {', '.join(present)})")
+
+
 @dataclass(frozen=True)
 class LossSpec(_Decisions):
     """What the trainer needs to know about one algorithm.
@@ -180,7 +188,12 @@ class LossSpec(_Decisions):
             raise LossError(f"{where}: pairs_from_iterate needs generates_own_pairs")
 
     def __call__(self, inputs: LossInputs, **hparams: Any) -> LossOutput:
-        return self.fn(inputs, **self.resolve_hparams(hparams))
+        try:
+            return self.fn(inputs, **self.resolve_hparams(hparams))
+        except MissingInputs as exc:  # a function registered under two names: the error names this one
+            if exc.loss == self.name:
+                raise
+            raise MissingInputs(self.name, exc.missing, exc.present) from None
 
     def metadata(self) -> dict[str, Any]:
         """Everything but ``fn``, JSON-ready; ``fn`` is given as ``module:qualname``."""

@@ -4,7 +4,8 @@ Paper: Yuan et al., 2023, "Scaling Relationship on Learning Mathematical Reasoni
 Language Models", arXiv:2308.01825 (RFT); the same idea as STaR (arXiv:2203.14465) and
 ReST/expert iteration.
 
-The maths is SFT's (see :mod:`losses.sft`):
+The maths is SFT's, and so is the function (:func:`losses.sft.sft_loss`; this module only registers it
+with another data source):
 
 .. math::
 
@@ -25,22 +26,17 @@ data sources are two arms that can be compared. Its loss reduction differs as fo
 
 from __future__ import annotations
 
-from losses._families import sft_spec
+import dataclasses
+
+from losses import sft
 from losses.registry import loss_name
-from losses.sft import nll_output
-from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
 
-
-def rft_loss(inputs: LossInputs) -> LossOutput:
-    inputs.require(NAME, "token_logps", "mask")
-    return nll_output(inputs)
-
-
-spec = sft_spec(
-    NAME,
-    rft_loss,
+# SFT's loss function itself (one maths, one function), registered with the self-play data source.
+spec = dataclasses.replace(
+    sft.spec,
+    name=NAME,
     paper="arXiv:2308.01825 (rejection-sampling fine-tuning)",
     version=1,
     sft_source="self_play",

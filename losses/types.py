@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
+from losses.registry import MissingInputs
+
 Tensor = torch.Tensor
 
 
@@ -83,12 +85,10 @@ class LossInputs:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
     def require(self, loss: str, *names: str) -> None:
-        """Raise a one-line error if any of ``names`` is missing."""
+        """Raise a one-line error (:class:`MissingInputs`) if any of ``names`` is missing."""
         missing = [n for n in names if getattr(self, n) is None]
         if missing:
-            raise ValueError(
-                f"loss {loss!r} needs LossInputs.{', '.join(missing)} (got: {', '.join(self.present())})"
-            )
+            raise MissingInputs(loss, missing, self.present())
 
 
 @dataclass

@@ -10,6 +10,7 @@ the values and runs every built-in on small random inputs of its ``data`` kind.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 
@@ -64,10 +65,13 @@ def test_builtin_writes_its_name_and_defaults_once(name):
     """A built-in's name is its module's (``NAME = loss_name(__name__)``), its defaults are its ``fn``'s
     signature (the spec, a ``losses._families`` factory or a ``LossSpec``, leaves ``defaults`` out),
     and its hooks declare no defaults of their own: the trainer passes them every resolved
-    hyper-parameter."""
+    hyper-parameter. A built-in whose maths is another's registers that one's function (``rft`` is
+    ``sft``'s with the self-play answers), never a copy of it."""
     spec = losses.get(name)
-    module = inspect.getmodule(spec.fn)
-    assert module.__name__ == f"losses.{name}" and module.NAME == name == spec.name
+    module = importlib.import_module(f"losses.{name}")
+    assert module.NAME == name == spec.name
+    home = inspect.getmodule(spec.fn)
+    assert home is module or spec.fn is losses.get(home.NAME).fn, spec.fn
     assert spec.defaults == losses.registry.signature_defaults(spec.fn)
     assert "defaults=" not in inspect.getsource(module).split("\nspec = ", 1)[1]
     for hook in (spec.batch_stats, spec.reference_update):
