@@ -622,6 +622,10 @@ class EvalConfig(Strict):
     # answer line; flexible takes the last number, so a study that rewards flexibly (online.reward_grader)
     # can measure sharpening and coverage of the answer rather than of the format
     sampled_grader: Literal["strict", "flexible"] = added("strict")
+    # the sampled metrics' random stream: "call", one seeded generator per generation call, so a problem's
+    # draws depend on the call's size and its neighbours (records change with batch_size); "problem",
+    # each problem's own stream (oxbench.text.streams), the same draws at any batch size and backend
+    sample_stream: Literal["call", "problem"] = added("call", now="problem")
     # generation for evaluation: lean (oxbench's decode loop; greedy ids equal HF generate's), hf
     backend: Literal["hf", "lean"] = added("hf", now="lean")
     lm_eval: LmEvalConfig = added(LmEvalConfig())

@@ -25,6 +25,7 @@ from oxbench.tasks.grading import is_correct
 from oxbench.text import decode
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import generate
+from oxbench.text.streams import problem_key
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -213,6 +214,7 @@ def sampled_metrics(
         generator_seed=seed,
         progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
         backend=eval_backend(cfg, model),
+        stream_keys=[problem_key(r["id"]) for r in rows] if e.sample_stream == "problem" else None,
     )
     counts = [
         sum(is_correct(c, r["answer"], e.sampled_grader) for c in comps) for comps, r in zip(outs, rows)

@@ -23,6 +23,8 @@ from collections import deque
 import torch
 import torch.nn.functional as F
 
+from oxbench.text.streams import ProblemStream
+
 SUPPORTED = ("qwen2", "llama")
 GPU_LAG = 4  # steps the host may run ahead of the device before it reads which rows ended (:class:`_Ended`)
 
@@ -164,7 +166,7 @@ class LeanDecoder:
         lag = self.lag if self.lag is not None else (0 if dev.type == "cpu" else GPU_LAG)
         ended, width = _Ended(lag), b * n  # width: rows in the batch, known to the host
         for t in range(max_new_tokens):
-            tok = self._draw(logits, temperature, generator)
+            tok = self._draw(logits, temperature, generator, t, rows)
             lp = logits.float().log_softmax(-1).gather(1, tok[:, None])[:, 0]
             new_ids[rows, t] = torch.where(done, eos_id, tok)
             logps[rows, t] = torch.where(done, 0.0, lp)
@@ -186,11 +188,16 @@ class LeanDecoder:
         return new_ids, logps
 
     @staticmethod
-    def _draw(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
-        """Greedy, or one draw from softmax(logits / T): ``torch.multinomial``'s own one-sample method
-        (probs / Exp(1) noise, then argmax; the same ids and generator state as ``multinomial`` on the
-        CPU), written out because ``multinomial`` checks its input on the host first, a device wait
+    def _draw(
+        logits: torch.Tensor, temperature: float, generator, step: int, rows: torch.Tensor
+    ) -> torch.Tensor:
+        """Greedy, or one draw from softmax(logits / T). From a :class:`~oxbench.text.streams.ProblemStream`,
+        each row's own uniform for ``step``; from a ``torch.Generator``, ``torch.multinomial``'s own one-sample
+        method (probs / Exp(1) noise, then argmax; the same ids and generator state as ``multinomial`` on
+        the CPU), written out because ``multinomial`` checks its input on the host first, a device wait
         per token on a GPU."""
+        if isinstance(generator, ProblemStream):
+            return generator.draw(logits, temperature, step, rows)
         if temperature <= 0:
             return logits.argmax(-1)
         probs = torch.softmax(logits.float() / temperature, -1)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oxbench.text import decode
+from oxbench.text import decode, streams
 from oxbench.utils import progress
 
 
@@ -58,15 +58,18 @@ def generate(
     top_p: float = 1.0,
     progress_label: str | None = None,
     backend: str = "hf",
+    stream_keys: list[int] | None = None,
 ) -> list[list[str]]:
     """Completions for every prompt: ``out[i]`` has ``num_return_sequences`` strings.
 
     ``temperature == 0`` is greedy. Sampling is seeded by ``generator_seed`` (see :func:`_batches`).
     ``backend="lean"`` decodes with :class:`oxbench.text.decode.LeanDecoder` (greedy ids equal HF's;
-    samples follow the same distribution from another random stream).
+    samples follow the same distribution from another random stream). ``stream_keys`` (one per prompt,
+    :func:`oxbench.text.streams.problem_key`): each prompt's samples come from its own stream, the same
+    at any ``batch_size`` and on either backend (:mod:`oxbench.text.streams`).
     """
     n = num_return_sequences
-    if backend == "lean":
+    if backend == "lean" or (stream_keys is not None and temperature > 0):
         samples = sample(
             model,
             tokenizer,
@@ -77,7 +80,8 @@ def generate(
             batch_size=batch_size,
             generator_seed=generator_seed or 0,
             top_p=top_p,
-            backend="lean",
+            backend=backend,
+            stream_keys=stream_keys,
         )
         return [
             tokenizer.batch_decode([s.completion_ids for s in group], skip_special_tokens=True)
@@ -130,6 +134,7 @@ def sample(
     generator_seed: int,
     top_p: float = 1.0,
     backend: str = "hf",
+    stream_keys: list[int] | None = None,
 ) -> list[list[Sample]]:
     """Like :func:`generate` (same batching and seeding), but each item is a :class:`Sample`: the ids as
     sampled and their log-probs captured from the generation pass itself.
@@ -143,6 +148,7 @@ def sample(
     ``backend``: ``hf`` is HF ``generate`` (``output_logits=True``); ``lean`` is
     :class:`oxbench.text.decode.LeanDecoder` (the same model, its own decode loop, each prompt prefilled
     once; plain temperature sampling, Qwen2/Llama models only: anything else is a ValueError).
+    ``stream_keys``: per-prompt streams, as for :func:`generate`.
     """
     n = num_return_sequences
     lean = backend == "lean"
@@ -150,14 +156,15 @@ def sample(
         raise ValueError(
             f"the lean backend samples Qwen2/Llama models at top_p 1, not {type(model).__name__}"
         )
+    if stream_keys is not None and (top_p < 1.0 or len(stream_keys) != len(prompts)):
+        raise ValueError(f"per-prompt streams need top_p 1 and one key per prompt ({len(prompts)} prompts)")
     decoder = decode.LeanDecoder(model) if lean else None  # its fused weights are built once a call
-    kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
     results: list[list[Sample]] = []
     for start, enc in enumerate(
         _batches(model, tokenizer, prompts, batch_size, temperature, generator_seed, None)
     ):
+        draws = _draws(enc, start * batch_size, generator_seed, stream_keys, n, max_new_tokens)
         if decoder is not None:
-            gen = torch.Generator(enc["input_ids"].device).manual_seed(generator_seed + start * batch_size)
             new, logps = decoder.sample(
                 enc["input_ids"],
                 enc["attention_mask"],
@@ -165,14 +172,43 @@ def sample(
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
                 eos_id=tokenizer.eos_token_id,
-                generator=gen,
+                generator=draws,
             )
         else:
-            out = model.generate(**enc, **kwargs, return_dict_in_generate=True, output_logits=True)
-            new = out.sequences[:, enc["input_ids"].shape[1] :]
-            logps = _sampled_logps(out.logits, new)
+            new, logps = _hf_sample(model, tokenizer, enc, draws, n, max_new_tokens, temperature, top_p)
         results += _to_samples(new, logps, enc, tokenizer.eos_token_id, n)
     return results
+
+
+def _draws(enc: dict, first: int, seed: int, keys: list[int] | None, n: int, steps: int):
+    """A batch's randomness: its prompts' own streams, or one generator for the call (seeded by the
+    batch's first prompt)."""
+    dev = enc["input_ids"].device
+    if keys is None:
+        return torch.Generator(dev).manual_seed(seed + first)
+    return streams.ProblemStream(seed, keys[first : first + len(enc["input_ids"])], n, steps, dev)
+
+
+def _hf_sample(
+    model, tokenizer, enc: dict, draws, n: int, max_new_tokens: int, temperature: float, top_p: float
+):
+    """``(new_ids, logps)`` from HF ``generate``: its own sampler (torch's global RNG, seeded by
+    :func:`_batches`), or a :class:`~oxbench.text.streams.ProblemStream`'s draws through greedy search
+    (each prompt repeated ``n`` times, as greedy search returns one sequence a row)."""
+    if isinstance(draws, streams.ProblemStream) and temperature > 0:
+        from transformers import LogitsProcessorList
+
+        enc = {k: v.repeat_interleave(n, 0) for k, v in enc.items()}
+        proc = streams.StreamProcessor(draws, enc["input_ids"].shape[1], temperature)
+        kwargs = {
+            **_generate_kwargs(tokenizer, max_new_tokens, 0.0, top_p, 1),
+            "logits_processor": LogitsProcessorList([proc]),
+        }
+    else:
+        kwargs = _generate_kwargs(tokenizer, max_new_tokens, temperature, top_p, n)
+    out = model.generate(**enc, **kwargs, return_dict_in_generate=True, output_logits=True)
+    new = out.sequences[:, enc["input_ids"].shape[1] :]
+    return new, _sampled_logps(out.logits, new)
 
 
 def _to_samples(new: torch.Tensor, logps: torch.Tensor, enc: dict, eos_id: int, n: int) -> list[list[Sample]]:
