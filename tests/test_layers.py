@@ -8,7 +8,9 @@
 * ``oxbench.data`` and ``oxbench.eval`` do not import each other;
 * no module of ``oxbench`` imports ``analysis`` or the CLI (``oxbench_cli``, on top of both);
 * ``oxbench.config`` imports nothing above it (only ``oxbench.utils``, the task definitions and
-  ``losses``), and nothing below the grid layer imports ``oxbench.grid``.
+  ``losses``), and nothing below the grid layer imports ``oxbench.grid``;
+* ``benchmarks/`` holds benchmarks only: a study analysis (it reads run records and prints a study's
+  numbers) is a module of ``analysis/``, run as ``python -m analysis.<name>``.
 """
 
 from __future__ import annotations
@@ -108,3 +110,64 @@ def test_cost_estimates_have_one_home():
     ]
     assert found == []
     assert arithmetic.search("flops = 6 * params * train_tokens")  # the check sees what it must refuse
+
+
+#: the study analyses that lived in benchmarks/ until issue 39, item 2 (now ``python -m analysis.<name>``)
+STUDY_ANALYSES = (
+    "isocompute_confound",
+    "isocompute_summary",
+    "regularisers_collapse",
+    "relabel_staleness",
+    "skill_gain",
+    "staleness_summary",
+    "study_summary",
+    "testbed_targets",
+)
+#: the functions of ``analysis`` that read run records: a script calling one is a study analysis
+RECORD_READERS = {
+    "load_runs",
+    "load_failed",
+    "load_problem_outcomes",
+    "load_curves",
+    "load_stability",
+    "load_histories",
+    "label_runs",
+    "read_metrics",
+    "_records",
+}
+
+
+def record_readers(path: Path) -> set[str]:
+    """The record readers of ``analysis`` that ``path`` names (called, imported or reached as an attribute)."""
+    nodes = list(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+    names = {getattr(n, "id", None) or getattr(n, "attr", None) for n in nodes}
+    names |= {a.name for n in nodes if isinstance(n, ast.ImportFrom) for a in n.names}
+    return names & RECORD_READERS
+
+
+def test_benchmarks_hold_benchmarks_only():
+    """A benchmark times or measures something; a script that reads run records only is a study analysis
+    and lives in ``analysis/``. None of the analyses moved out is back in ``benchmarks/``, and no
+    benchmark that imports ``analysis`` reads records through it (a benchmark may use its statistics,
+    e.g. to measure an interval's coverage on simulated data)."""
+    bench = ROOT / "benchmarks"
+    assert [n for n in STUDY_ANALYSES if (bench / f"{n}.py").exists()] == []
+    assert [n for n in STUDY_ANALYSES if not (ROOT / "analysis" / f"{n}.py").is_file()] == []
+    users = [f for f, ms in imports("benchmarks").items() if any(m.startswith("analysis") for m in ms)]
+    assert [f"{f}: {sorted(record_readers(ROOT / f))}" for f in users if record_readers(ROOT / f)] == []
+
+
+def test_the_benchmark_check_sees_a_record_reader():
+    defined = {
+        n.name
+        for path in (ROOT / "analysis").rglob("*.py")
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(n, ast.FunctionDef)
+    }
+    assert RECORD_READERS <= defined  # every name is one of analysis's readers today
+    assert record_readers(ROOT / "analysis" / "study_summary.py") == {
+        "load_runs",
+        "load_failed",
+        "load_problem_outcomes",
+    }
+    assert record_readers(ROOT / "analysis" / "isocompute_summary.py") == {"load_curves"}

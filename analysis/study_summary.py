@@ -3,7 +3,7 @@ results/README.md): per-cell means, Welch vs DPO with Bonferroni per scale, the 
 hierarchy, rank inversions between consecutive scales, paired tests on shared problems, and
 the in- vs out-of-distribution spread, and the method spread per task family (lm-eval tasks).
 
-    python benchmarks/study_summary.py results/oxrl_core [--baseline dpo]
+    python -m analysis.study_summary results/oxrl_core [--baseline dpo]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The numbers results/README quotes for an IsoCompute grid, from its records only.
 
-    python benchmarks/isocompute_summary.py results/isocompute [--boot 500]
+    python -m analysis.isocompute_summary results/isocompute [--boot 500]
 
 Per subset: the validation reward avg@k at a few budgets for every (n, B_p) (mean over seeds), n*(C) on
 the envelope of the per-n sigmoid fits, the fit of log2 n* with its seed-bootstrap intervals, the
@@ -48,17 +48,24 @@ def main() -> None:
             env = iso.n_star(r["fits"], np.log([c for c in budgets]))
             print("n*(C) on the envelope:", dict(zip(env["C"].round().astype(int), env["n_star"])))
             f, ci = r["n_star"]["fit"], r["n_star"]["ci"]
-            print("log2 n* sigmoid:", {key: (round(f[key], 3), [round(x, 3) for x in ci.get(key, [])])
-                                       for key in ("n_lo", "n_hi", "C_mid", "slope")},
-                  f"replicates {r['n_star']['replicates']}, failed {r['n_star']['failed']}")  # fmt: skip
+            print(
+                "log2 n* sigmoid:",
+                {
+                    key: (round(f[key], 3), [round(x, 3) for x in ci.get(key, [])])
+                    for key in ("n_lo", "n_hi", "C_mid", "slope")
+                },
+                f"replicates {r['n_star']['replicates']}, failed {r['n_star']['failed']}",
+            )
         print("variance shares at matched C:", {key: round(v, 3) for key, v in (r["share"] or {}).items()})
         print("  the design (issue 27.2):", ic.share_note(at, metric))
         pairs = ic.fixed_batch_pairs(at, metric)
         if len(pairs):  # same B = B_p * n: same M and learning rate
             print("fixed batch, larger B_p vs larger n (unit: matched (B, seed) pairs):", ic.sign_test(pairs))
         for p in r.get("paired") or []:
-            print(f"{p['kind']}@{k} n={p['n_a']} {p['a']:.3f} vs n={p['n_b']} {p['b']:.3f}: delta {p['delta']:+.3f}, "
-                  f"Wilcoxon p {p['p']:.2g}, wins {p['b_wins']}/{p['a_wins']} of {p['problems']}")  # fmt: skip
+            print(
+                f"{p['kind']}@{k} n={p['n_a']} {p['a']:.3f} vs n={p['n_b']} {p['b']:.3f}: delta {p['delta']:+.3f}, "
+                f"Wilcoxon p {p['p']:.2g}, wins {p['b_wins']}/{p['a_wins']} of {p['problems']}"
+            )
 
 
 if __name__ == "__main__":

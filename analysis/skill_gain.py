@@ -1,6 +1,6 @@
 """Does an arm raise skill over its base? From a grid's records only (issue 27.4's target).
 
-    python benchmarks/skill_gain.py results/isocompute_flexible [--metric accuracy_verified_flexible]
+    python -m analysis.skill_gain results/isocompute_flexible [--metric accuracy_verified_flexible]
 
 Per arm (every axis but the seed): the change in ``metric`` on the test set over
 the base's greedy value, in points, per seed; a one-sample t-test against 0 (the base is one
@@ -34,9 +34,15 @@ def gains(root: Path, metric: str) -> dict[str, list[float]]:
 
 
 def table(by_arm: dict[str, list[float]]) -> list[dict]:
-    rows = [{"arm": arm, "seeds": d, "mean": float(np.mean(d)),
-             "p": float(stats.ttest_1samp(d, 0).pvalue) if len(d) > 1 else float("nan")}
-            for arm, d in by_arm.items()]  # fmt: skip
+    rows = [
+        {
+            "arm": arm,
+            "seeds": d,
+            "mean": float(np.mean(d)),
+            "p": float(stats.ttest_1samp(d, 0).pvalue) if len(d) > 1 else float("nan"),
+        }
+        for arm, d in by_arm.items()
+    ]
     for r, p in zip(rows, adjust_pvalues([r["p"] for r in rows], "holm")):
         r["p_holm"] = float(p)
     return sorted(rows, key=lambda r: -r["mean"])
@@ -56,12 +62,16 @@ def main() -> None:
     )
     for r in table(by_arm):
         met = r["mean"] >= 5 and r["p"] < 0.01 and len(r["seeds"]) >= 3
-        print(f"| {r['arm']} | {', '.join(f'{d:+.1f}' for d in r['seeds'])} | {r['mean']:+.2f} | {r['p']:.2g} | "
-              f"{r['p_holm']:.2g} | {'met' if met else 'no'} |")  # fmt: skip
+        print(
+            f"| {r['arm']} | {', '.join(f'{d:+.1f}' for d in r['seeds'])} | {r['mean']:+.2f} | {r['p']:.2g} | "
+            f"{r['p_holm']:.2g} | {'met' if met else 'no'} |"
+        )
     pooled = [d for v in by_arm.values() for d in v]
     t = stats.ttest_1samp(pooled, 0)
-    print(f"\nall {len(pooled)} runs pooled (unit: runs): {np.mean(pooled):+.2f} ± {np.std(pooled, ddof=1):.2f} points, "
-          f"p = {t.pvalue:.2g}")  # fmt: skip
+    print(
+        f"\nall {len(pooled)} runs pooled (unit: runs): {np.mean(pooled):+.2f} ± {np.std(pooled, ddof=1):.2f} points, "
+        f"p = {t.pvalue:.2g}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Apply the pre-registered collapse rule (docs/collapse_rule.md) to every committed online record and
 recompute η_max(S) of the staleness study from the new labels; no run is re-run.
 
-    python benchmarks/relabel_staleness.py [--results results] [--out results/staleness_relabelled]
+    python -m analysis.relabel_staleness [--results results] [--out results/staleness_relabelled]
         [--boot 2000]
 
 Writes under ``--out``: ``labels.csv`` (one row per online record of every grid: each condition of the
@@ -26,8 +26,13 @@ from analysis import staleness_relabel as sr
 from analysis.collapse_rule import label_runs
 
 SHORT = {"none": "coupled clip", "tis_token": "token TIS (cap 2)", "decoupled": "decoupled + √ESS LR"}
-LABELS = {"old": "old rule (first window)", "failed": "new rule (R or A or C or N)", "R": "R alone",
-          "A": "A alone", "A_verified": "A on verified-flexible"}  # fmt: skip
+LABELS = {
+    "old": "old rule (first window)",
+    "failed": "new rule (R or A or C or N)",
+    "R": "R alone",
+    "A": "A alone",
+    "A_verified": "A on verified-flexible",
+}
 
 
 def short(correction: str) -> str:
@@ -68,11 +73,19 @@ def grid_counts(labels: pd.DataFrame) -> pd.DataFrame:
     for d, g in labels.groupby("directory", sort=False):
         u = sr.unique_runs(g)
         changed = u[u["old"] != u["failed"]]
-        rows.append({"directory": d, "records": len(g), "runs": len(u), "old_failed": int(u["old"].sum()),
-                     "new_failed": int(u["failed"].sum()), "changed": len(changed),
-                     "why": ", ".join(f"{k or '-'} {v}" for k, v in changed["reasons"].value_counts().items()),
-                     "R_not_judged": int((~u["judged"]).sum()),
-                     "stable_below_half": int((~u["failed"] & u["A"]).sum())})  # fmt: skip
+        rows.append(
+            {
+                "directory": d,
+                "records": len(g),
+                "runs": len(u),
+                "old_failed": int(u["old"].sum()),
+                "new_failed": int(u["failed"].sum()),
+                "changed": len(changed),
+                "why": ", ".join(f"{k or '-'} {v}" for k, v in changed["reasons"].value_counts().items()),
+                "R_not_judged": int((~u["judged"]).sum()),
+                "stable_below_half": int((~u["failed"] & u["A"]).sum()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -103,9 +116,18 @@ def slopes(runs: pd.DataFrame, table: pd.DataFrame, n_boot: int) -> list[dict]:
         split = sorted(int(s) for s in g.loc[(g["S"] >= 1) & g["split"], "S"])
         if split:
             verdict += f" (one seed decides the bracket at S = {', '.join(map(str, split))})"
-        out.append({"correction": short(corr), "label": label, "axis": axis, **si, "boot_lo": boot["ci"][0],
-                    "boot_hi": boot["ci"][1], "verdict": verdict,
-                    **{k: fit.get(k, math.nan) for k in ("a", "b", "S_knee")}})  # fmt: skip
+        out.append(
+            {
+                "correction": short(corr),
+                "label": label,
+                "axis": axis,
+                **si,
+                "boot_lo": boot["ci"][0],
+                "boot_hi": boot["ci"][1],
+                "verdict": verdict,
+                **{k: fit.get(k, math.nan) for k in ("a", "b", "S_knee")},
+            }
+        )
     return out
 
 
@@ -116,8 +138,12 @@ def comparisons(table: pd.DataFrame) -> list[dict]:
     scaled = {c for c in new["correction"] if "ess_lr=sqrt" in c}
     axis = new[(new["lr_axis"] == "effective") == new["correction"].isin(scaled)]
     coupled = next(c for c in axis["correction"].unique() if short(c) == "coupled clip")
-    return [{"correction": short(c), "S": int(s), "vs coupled clip": sr.separable(axis, c, coupled, s)}
-            for c in sorted(axis["correction"].unique()) if c != coupled for s in sorted(axis["S"].unique())]  # fmt: skip
+    return [
+        {"correction": short(c), "S": int(s), "vs coupled clip": sr.separable(axis, c, coupled, s)}
+        for c in sorted(axis["correction"].unique())
+        if c != coupled
+        for s in sorted(axis["S"].unique())
+    ]
 
 
 def _fmt(x: float) -> str:
@@ -149,12 +175,14 @@ def eta_markdown(table: pd.DataFrame, label: str, axis: str) -> list[str]:
 def identity_lines(runs: pd.DataFrame) -> list[str]:
     """How the S = 0 records of the corrections repeat one another (rule page: S = 0 counted once)."""
     s0 = runs[runs["S"] == 0]
-    return [f"S = 0: {len(s0)} records ({s0['correction'].nunique()} corrections × η × seeds) are "
-            f"{s0.groupby(['lr', 'seed']).ngroups} on-policy runs, counted once. "
-            f"{len(s0) - s0['fingerprint'].nunique()} of the {len(s0)} records repeat another record's training reward "
-            f"in every round and its test completions byte for byte ({s0['fingerprint'].nunique()} distinct); "
-            f"identical in every logged number (losses and diagnostics too): "
-            f"{len(s0) - s0['fingerprint_full'].nunique()} (the coupled clip's loss rounds differently in the 8th digit)."]  # fmt: skip
+    return [
+        f"S = 0: {len(s0)} records ({s0['correction'].nunique()} corrections × η × seeds) are "
+        f"{s0.groupby(['lr', 'seed']).ngroups} on-policy runs, counted once. "
+        f"{len(s0) - s0['fingerprint'].nunique()} of the {len(s0)} records repeat another record's training reward "
+        f"in every round and its test completions byte for byte ({s0['fingerprint'].nunique()} distinct); "
+        f"identical in every logged number (losses and diagnostics too): "
+        f"{len(s0) - s0['fingerprint_full'].nunique()} (the coupled clip's loss rounds differently in the 8th digit)."
+    ]
 
 
 def reward_only_lines(u: pd.DataFrame) -> list[str]:
@@ -164,42 +192,63 @@ def reward_only_lines(u: pd.DataFrame) -> list[str]:
         f"Failed by the reward condition alone (flexible accuracy at least half the base's): {len(r_only)} run(s)."
     ]
     for r in r_only.itertuples():
-        lines.append(f"- {r.directory} {r.run_id}: {short(r.correction)}, S = {r.S}, η = {_fmt(r.lr)}, seed {r.seed}; "
-                     f"last window {r.last:.3f} < 0.5 × peak {r.peak:.3f}; test strict {r.accuracy:.3f}, flexible "
-                     f"{r.accuracy_flexible:.3f} (base {r.base_accuracy_flexible:.3f}); old rule: "
-                     f"{'collapsed' if r.old else 'stable'}")  # fmt: skip
+        lines.append(
+            f"- {r.directory} {r.run_id}: {short(r.correction)}, S = {r.S}, η = {_fmt(r.lr)}, seed {r.seed}; "
+            f"last window {r.last:.3f} < 0.5 × peak {r.peak:.3f}; test strict {r.accuracy:.3f}, flexible "
+            f"{r.accuracy_flexible:.3f} (base {r.base_accuracy_flexible:.3f}); old rule: "
+            f"{'collapsed' if r.old else 'stable'}"
+        )
     return lines
 
 
 def slope_markdown(rows: list[dict]) -> str:
     """The slope table with readable numbers."""
-    lines = ["| correction | labels | η axis | slope | grid interval | bootstrap | b | S_knee | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| correction | labels | η axis | slope | grid interval | bootstrap | b | S_knee | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         grid = f"[{r['grid_lo']:+.2f}, {r['grid_hi']:+.2f}]".replace("inf", "∞")
         fit = (_fmt(r["b"]), f"{r['S_knee']:.1f}") if math.isfinite(r["b"]) else ("", "")
-        lines.append(f"| {r['correction']} | {r['label']} | {r['axis']} | {r['slope']:+.2f} | {grid} | "
-                     f"[{r['boot_lo']:+.2f}, {r['boot_hi']:+.2f}] | {fit[0]} | {fit[1]} | {r['verdict']} |")  # fmt: skip
+        lines.append(
+            f"| {r['correction']} | {r['label']} | {r['axis']} | {r['slope']:+.2f} | {grid} | "
+            f"[{r['boot_lo']:+.2f}, {r['boot_hi']:+.2f}] | {fit[0]} | {fit[1]} | {r['verdict']} |"
+        )
     return "\n".join(lines)
 
 
-def markdown(counts: pd.DataFrame, table: pd.DataFrame, slope_rows: list[dict], comps: list[dict],
-             runs: pd.DataFrame) -> str:  # fmt: skip
+def markdown(
+    counts: pd.DataFrame, table: pd.DataFrame, slope_rows: list[dict], comps: list[dict], runs: pd.DataFrame
+) -> str:
     """The README of the relabelling output."""
     u = sr.unique_runs(runs)
     changed = u[~u["old"] & u["failed"]]
-    lines = ["# The staleness study relabelled by the pre-registered collapse rule", "",
-             "Written by `python benchmarks/relabel_staleness.py` from the committed records only; the rule is "
-             "`docs/collapse_rule.md`. Units: a run (one seed) is the unit of every count; η_max comes from the "
-             "share of seeds stable per (S, η) cell.", "", "## Every online record", "",
-             counts.to_markdown(index=False), "",
-             f"Staleness grid: {len(runs)} records, {len(u)} runs once S = 0 is counted once; old rule "
-             f"{int((~u['old']).sum())} stable, new rule {int((~u['failed']).sum())} stable; "
-             f"{len(changed)} runs change from stable to failed ({changed['reasons'].value_counts().to_dict()}), "
-             f"none from failed to stable.", "", *identity_lines(runs), "", *reward_only_lines(u), ""]  # fmt: skip
-    for label, axis, title in (("old", "nominal", "Before: old labels, nominal η"),
-                               ("failed", "nominal", "After: new labels, nominal η"),
-                               ("failed", "effective", "After: new labels, effective η (mean √ESS-scaled step)")):  # fmt: skip
+    lines = [
+        "# The staleness study relabelled by the pre-registered collapse rule",
+        "",
+        "Written by `python -m analysis.relabel_staleness` from the committed records only; the rule is "
+        "`docs/collapse_rule.md`. Units: a run (one seed) is the unit of every count; η_max comes from the "
+        "share of seeds stable per (S, η) cell.",
+        "",
+        "## Every online record",
+        "",
+        counts.to_markdown(index=False),
+        "",
+        f"Staleness grid: {len(runs)} records, {len(u)} runs once S = 0 is counted once; old rule "
+        f"{int((~u['old']).sum())} stable, new rule {int((~u['failed']).sum())} stable; "
+        f"{len(changed)} runs change from stable to failed ({changed['reasons'].value_counts().to_dict()}), "
+        f"none from failed to stable.",
+        "",
+        *identity_lines(runs),
+        "",
+        *reward_only_lines(u),
+        "",
+    ]
+    for label, axis, title in (
+        ("old", "nominal", "Before: old labels, nominal η"),
+        ("failed", "nominal", "After: new labels, nominal η"),
+        ("failed", "effective", "After: new labels, effective η (mean √ESS-scaled step)"),
+    ):
         lines += [
             f"## {title}",
             "",
@@ -208,12 +257,21 @@ def markdown(counts: pd.DataFrame, table: pd.DataFrame, slope_rows: list[dict], 
             "",
         ]
         lines += eta_markdown(table, label, axis) + [""]
-    lines += ["## Slope of log η_max in log S (S ≥ 1)", "", "Slope: least squares over S = 1, 2, 4, 8; *grid*: the "
-              "extreme slopes with each η_max anywhere in its bracket; *bootstrap*: 95% percentile interval over "
-              "seeds resampled within cells; b: the on-policy ceiling and S_knee = a/b of min(a/S, b) (nominal η "
-              "only). Unit: seeds, within (S, η) cells.", "", slope_markdown(slope_rows),
-              "", "## Corrections against the coupled clip (new labels, by bracket)", "",
-              pd.DataFrame(comps).pivot(index="correction", columns="S", values="vs coupled clip").to_markdown(), ""]  # fmt: skip
+    lines += [
+        "## Slope of log η_max in log S (S ≥ 1)",
+        "",
+        "Slope: least squares over S = 1, 2, 4, 8; *grid*: the "
+        "extreme slopes with each η_max anywhere in its bracket; *bootstrap*: 95% percentile interval over "
+        "seeds resampled within cells; b: the on-policy ceiling and S_knee = a/b of min(a/S, b) (nominal η "
+        "only). Unit: seeds, within (S, η) cells.",
+        "",
+        slope_markdown(slope_rows),
+        "",
+        "## Corrections against the coupled clip (new labels, by bracket)",
+        "",
+        pd.DataFrame(comps).pivot(index="correction", columns="S", values="vs coupled clip").to_markdown(),
+        "",
+    ]
     lines += ["## Sensitivity (nominal η)", ""]
     for label in ("R", "A", "A_verified"):
         lines += [f"### {LABELS[label]}", ""] + eta_markdown(table, label, "nominal") + [""]
@@ -238,8 +296,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     labels.to_csv(args.out / "labels.csv", index=False)
     table.to_csv(args.out / "eta_max.csv", index=False)
-    summary = {"counts": counts.to_dict("records"), "slopes": slope_rows, "comparisons": comps,
-               "shared_S0": sr.shared_runs(runs[runs["S"] == 0]).drop(columns="S").to_dict("records")}  # fmt: skip
+    summary = {
+        "counts": counts.to_dict("records"),
+        "slopes": slope_rows,
+        "comparisons": comps,
+        "shared_S0": sr.shared_runs(runs[runs["S"] == 0]).drop(columns="S").to_dict("records"),
+    }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     text = markdown(counts, table, slope_rows, comps, runs)
     (args.out / "README.md").write_text(text + "\n")

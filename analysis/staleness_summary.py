@@ -1,6 +1,6 @@
 """The numbers results/README quotes for the staleness study, from its records only.
 
-    python benchmarks/staleness_summary.py results/staleness [--control results/staleness_control]
+    python -m analysis.staleness_summary results/staleness [--control results/staleness_control]
         [--throughput results/staleness_throughput] [--boot 500] [--threshold 0.5]
 
 Per correction: the S × η map (seeds collapsed / seeds, mean final reward), η_max(S) with its
@@ -71,9 +71,11 @@ def main() -> None:
         for metric in ("ess", "ess_token"):
             for threshold in sorted({args.threshold, 0.2, 0.5}):
                 alarm = st.ess_lead_time(stale, histories, threshold=threshold, metric=metric)
-                print(f"{metric} < {threshold} alarm over {len(stale)} runs with S >= 1: hit rate "
-                      f"{alarm['hit_rate']:.2f}, false alarms {alarm['false_alarm_rate']:.2f}, "
-                      f"median lead {alarm['median_lead']} steps")  # fmt: skip
+                print(
+                    f"{metric} < {threshold} alarm over {len(stale)} runs with S >= 1: hit rate "
+                    f"{alarm['hit_rate']:.2f}, false alarms {alarm['false_alarm_rate']:.2f}, "
+                    f"median lead {alarm['median_lead']} steps"
+                )
     if args.control:
         control = st.load_stability(args.control)
         print("\n== control (random reward, S = 0): collapsed/seeds and mean final reward")

@@ -1,6 +1,6 @@
 """The testbed's targets (issue 11), computed from a study's records only.
 
-    python benchmarks/testbed_targets.py results/testbed [--online sgrpo grpo dr_grpo gspo rloo]
+    python -m analysis.testbed_targets results/testbed [--online sgrpo grpo dr_grpo gspo rloo]
 
 Prints, per method: strict / flexible / verified accuracy (mean ± std over seeds) beside the base
 model's and chance; the gain in strict points over the base with a one-sample t-test against the
@@ -14,23 +14,22 @@ and worst online loss.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 from scipy import stats
 
 from analysis import load_runs
+from analysis.runs import read_metrics
 
 
 def load(root: Path) -> list[dict]:
     """The finished runs (:func:`analysis.load_runs`: validated, one metric per key), each with its
-    per-step history from ``metrics.jsonl``."""
-    out = []
-    for run in load_runs(root).to_dict("records"):
-        lines = (Path(run["path"]) / "metrics.jsonl").read_text().splitlines()
-        out.append({**run, "_history": [json.loads(x) for x in lines if x.strip()]})
-    return out
+    per-step history from ``metrics.jsonl`` (:func:`analysis.runs.read_metrics`)."""
+    return [
+        {**run, "_history": read_metrics(Path(run["path"]) / "metrics.jsonl")}
+        for run in load_runs(root).to_dict("records")
+    ]
 
 
 def mean_sd(xs: list[float]) -> str:

@@ -1,6 +1,6 @@
 """Do regularisers keep online runs from collapsing? From the records only (issue 27.4).
 
-    python benchmarks/regularisers_collapse.py [results/regularisers_collapse] [--out DIR]
+    python -m analysis.regularisers_collapse [results/regularisers_collapse] [--out DIR]
 
 Every run is labelled failed or stable by the pre-registered rule (docs/collapse_rule.md,
 ``analysis.collapse_rule.label_runs``). Each arm (its ``loss.*`` settings, within a subset where the
@@ -30,10 +30,14 @@ def arms(root: str) -> pd.DataFrame:
         warnings.simplefilter("ignore")
         lab = label_runs(root)
     keys = [json.loads(a) for a in lab["arm"]]
-    lab = lab.assign(subset=[k.get("data.subset", "all") for k in keys],
-                     setting=[", ".join(f"{n}={v}" for n, v in sorted(k.items()) if n.startswith("loss.")) for k in keys],
-                     plain=[all(v == 0 for n, v in k.items() if n.startswith("loss.")) for k in keys])  # fmt: skip
-    return lab[["subset", "setting", "plain", "seed", "failed", "accuracy_flexible", "base_accuracy_flexible"]]
+    lab = lab.assign(
+        subset=[k.get("data.subset", "all") for k in keys],
+        setting=[", ".join(f"{n}={v}" for n, v in sorted(k.items()) if n.startswith("loss.")) for k in keys],
+        plain=[all(v == 0 for n, v in k.items() if n.startswith("loss.")) for k in keys],
+    )
+    return lab[
+        ["subset", "setting", "plain", "seed", "failed", "accuracy_flexible", "base_accuracy_flexible"]
+    ]
 
 
 def compare(runs: pd.DataFrame) -> list[dict]:
@@ -42,16 +46,26 @@ def compare(runs: pd.DataFrame) -> list[dict]:
     for subset, sub in runs.groupby("subset"):
         ref = sub[sub["plain"]]
         for setting, g in sub[~sub["plain"]].groupby("setting"):
-            table = [[int(g["failed"].sum()), int((~g["failed"]).sum())],
-                     [int(ref["failed"].sum()), int((~ref["failed"]).sum())]]  # fmt: skip
+            table = [
+                [int(g["failed"].sum()), int((~g["failed"]).sum())],
+                [int(ref["failed"].sum()), int((~ref["failed"]).sum())],
+            ]
             w = welch(g["accuracy_flexible"], ref["accuracy_flexible"])
-            rows.append({"subset": subset, "arm": setting, "seeds": len(g), "failed": table[0][0],
-                         "reference_seeds": len(ref), "reference_failed": table[1][0],
-                         "fisher_p": float(stats.fisher_exact(table).pvalue),
-                         "flexible": float(g["accuracy_flexible"].mean()),
-                         "reference_flexible": float(ref["accuracy_flexible"].mean()),
-                         "base_flexible": float(sub["base_accuracy_flexible"].mean()),
-                         "welch_p": float(w["p"]) if pd.notna(w["p"]) else 1.0})  # fmt: skip
+            rows.append(
+                {
+                    "subset": subset,
+                    "arm": setting,
+                    "seeds": len(g),
+                    "failed": table[0][0],
+                    "reference_seeds": len(ref),
+                    "reference_failed": table[1][0],
+                    "fisher_p": float(stats.fisher_exact(table).pvalue),
+                    "flexible": float(g["accuracy_flexible"].mean()),
+                    "reference_flexible": float(ref["accuracy_flexible"].mean()),
+                    "base_flexible": float(sub["base_accuracy_flexible"].mean()),
+                    "welch_p": float(w["p"]) if pd.notna(w["p"]) else 1.0,
+                }
+            )
     for test in ("fisher_p", "welch_p"):
         for r, adj in zip(rows, adjust_pvalues([r[test] for r in rows], "holm")):
             r[test.replace("_p", "_holm")] = float(adj)
@@ -59,17 +73,24 @@ def compare(runs: pd.DataFrame) -> list[dict]:
 
 
 def markdown(root: str, rows: list[dict]) -> str:
-    lines = [f"# {Path(root).name}: regularisers against collapse", "",
-             "Written by `python benchmarks/regularisers_collapse.py` from the records only. Failed = the "
-             "pre-registered collapse rule (docs/collapse_rule.md). Each arm against the unregularised one: "
-             "Fisher's exact test on the failure counts, Welch's t on the final flexible accuracy, Holm over the "
-             "arms; unit: seeds.", "",
-             "| subset | arm | failed / seeds | unregularised failed / seeds | Fisher p (Holm) | flexible | "
-             "unregularised | base | Welch p (Holm) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    lines += [f"| {r['subset']} | {r['arm']} | {r['failed']} / {r['seeds']} | {r['reference_failed']} / "
-              f"{r['reference_seeds']} | {r['fisher_p']:.2g} ({r['fisher_holm']:.2g}) | {r['flexible']:.3f} | "
-              f"{r['reference_flexible']:.3f} | {r['base_flexible']:.3f} | {r['welch_p']:.2g} ({r['welch_holm']:.2g}) |"
-              for r in rows]  # fmt: skip
+    lines = [
+        f"# {Path(root).name}: regularisers against collapse",
+        "",
+        "Written by `python -m analysis.regularisers_collapse` from the records only. Failed = the "
+        "pre-registered collapse rule (docs/collapse_rule.md). Each arm against the unregularised one: "
+        "Fisher's exact test on the failure counts, Welch's t on the final flexible accuracy, Holm over the "
+        "arms; unit: seeds.",
+        "",
+        "| subset | arm | failed / seeds | unregularised failed / seeds | Fisher p (Holm) | flexible | "
+        "unregularised | base | Welch p (Holm) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['subset']} | {r['arm']} | {r['failed']} / {r['seeds']} | {r['reference_failed']} / "
+        f"{r['reference_seeds']} | {r['fisher_p']:.2g} ({r['fisher_holm']:.2g}) | {r['flexible']:.3f} | "
+        f"{r['reference_flexible']:.3f} | {r['base_flexible']:.3f} | {r['welch_p']:.2g} ({r['welch_holm']:.2g}) |"
+        for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 
