@@ -9,16 +9,20 @@ and only the report's own script (by its SHA-256), is a second line of defence.
 
 What is shown, and from which function of :mod:`analysis`:
 
-* per scale, a leaderboard: :func:`~analysis.summarize` (mean over seeds ± the t-interval
-  :math:`t_{0.975,n-1}\,s/\sqrt n`, in %), the per-seed values as dots, and
-  :func:`~analysis.welch_vs_baseline` (Δ in points, ``p_adj`` after ``correction`` over the m
-  methods compared at that scale, significance ``p_adj < alpha``, Hedges' g); OOD accuracy and
-  best@k (mean ± CI) when the runs report them;
-* accuracy vs scale (scales ordered by ``scale_params``) with the t-interval as a band;
-* a forest plot of Δ vs the baseline with the Welch :math:`1-\alpha` interval and, for
-  ``bonferroni``/``holm``, the simultaneous Bonferroni interval at level :math:`1-\alpha/m`
-  (:math:`\Delta \pm t_{1-\alpha/(2m),\,df}\,SE`). ``p_adj = min(1, m p) < \alpha`` exactly when
-  that interval excludes 0; Holm rejects at least as often, so for Holm it is conservative;
+* per scale, a leaderboard with **seeds and test problems as crossed sources of variation** (the
+  default unit, issue 40): :func:`~analysis.crossed.two_way_summary` (mean over seeds with the
+  two-way interval, inside [0, 100] %), the seed-only t-interval beside it, the per-seed values as
+  dots, and :func:`~analysis.crossed.two_way_vs_baseline` (Δ in points with its two-way interval,
+  ``p_adj`` after ``correction`` over the m methods compared at that scale, significance ``p_adj <
+  alpha`` on the two-way test, the seed-only ``p_adj`` beside it, Hedges' g over seeds); OOD accuracy
+  and best@k when the runs report them. A cell without per-problem outcomes falls back to the seed-only
+  numbers and its interval says so;
+* accuracy vs scale (scales ordered by ``scale_params``; only with two scales or more) with the
+  interval as a band;
+* a forest plot of Δ vs the baseline with the two-way :math:`1-\alpha` interval and, for
+  ``bonferroni``/``holm``, the simultaneous Bonferroni interval at level :math:`1-\alpha/m`.
+  ``p_adj = min(1, m p) < \alpha`` exactly when that interval excludes 0; Holm rejects at least as
+  often, so for Holm it is conservative;
 * :func:`~analysis.leverage` (range in points and :math:`\eta^2` per factor);
   :func:`~analysis.rank_table` as a bump chart with :func:`~analysis.rank_inversions` (Kendall τ
   between consecutive scales); :func:`~analysis.task_leverage` (ID vs OOD spread) with OOD data;
@@ -54,6 +58,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from analysis import figures as figs
+from analysis.crossed import BOTH, two_way_summary, two_way_vs_baseline
 from analysis.domains import family_spread
 from analysis.leverage import leverage, task_leverage
 from analysis.runs import (
@@ -70,9 +75,7 @@ from analysis.stats import (
     paired_vs_baseline,
     rank_inversions,
     rank_table,
-    summarize,
     welch,
-    welch_vs_baseline,
 )
 from analysis.units import drop_duplicate_arms, duplicate_arms, duplicate_note
 
@@ -288,13 +291,23 @@ def _params(n: int) -> str:
 
 
 def _mean_ci(row: pd.Series | None) -> Cell:
-    """'mean ± half-width' in % from a summarize row (no ± with one seed)."""
+    """'mean [low, high]' in % from a :func:`~analysis.crossed.two_way_summary` row (no interval with one
+    seed); the title names the interval's unit and gives the seed-only one."""
     if row is None:
         return Cell("—", "")
-    half = row["ci_high"] - row["mean"]
-    text = _pct(row["mean"]) if math.isnan(half) else f"{_pct(row['mean'])} ± {_pct(half)}"
-    title = f"t-interval [{_pct(row['ci_low'])}, {_pct(row['ci_high'])}] %, n = {row['n']}"
-    return Cell(text, _key(row["mean"]), title=title if not math.isnan(half) else "one seed: no interval")
+    if math.isnan(row["ci_low"]):
+        return Cell(_pct(row["mean"]), _key(row["mean"]), title="one seed: no interval")
+    text = f"{_pct(row['mean'])} [{_pct(row['ci_low'])}, {_pct(row['ci_high'])}]"
+    unit = row.get("unit", "seeds")
+    title = f"95% interval over {unit}, n = {row['n']} seeds"
+    if unit == BOTH:
+        title += f" × {int(row['n_problems'])} problems; seeds only: {_interval(row, 'seed_ci')}"
+    return Cell(text, _key(row["mean"]), title=title)
+
+
+def _interval(row: pd.Series, prefix: str) -> str:
+    """'[low, high]' in % of the ``prefix``_low / _high columns of ``row``."""
+    return f"[{_pct(row[f'{prefix}_low'])}, {_pct(row[f'{prefix}_high'])}]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,8 +339,8 @@ def _context(data: _Data, requested: str, metric: str, correction: str, alpha: f
 
 def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: float) -> dict:
     arms = data.arms
-    summary = summarize(arms, metric)
-    tests = welch_vs_baseline(arms, metric, baseline, correction=correction, alpha=alpha)
+    summary = two_way_summary(arms, data.outcomes, metric)
+    tests = two_way_vs_baseline(arms, data.outcomes, metric, baseline, correction=correction, alpha=alpha)
     scales = list(dict.fromkeys(summary["scale"]))
     params = arms.groupby("scale")["scale_params"].first()
     style = _styles(sorted(arms["method"].unique()))
@@ -340,8 +353,13 @@ def _results(data: _Data, baseline: str, metric: str, correction: str, alpha: fl
     labels = {s: _params(int(params[s])) for s in scales}
     return {
         "single_seed": bool(summary["n"].max() < 2),
-        "scales": _scale_sections(arms, summary, tests, scales, params, metric, baseline, style),
-        "scale_plot": Markup(figs.scale_figure(summary, scales, labels, style, metric, out_dir)),
+        "scales": _scale_sections(
+            arms, data.outcomes, summary, tests, scales, params, metric, baseline, style
+        ),
+        "scale_plot": Markup(figs.scale_figure(summary, scales, labels, style, metric, out_dir))
+        if len(scales) > 1
+        else None,
+        "unit": BOTH if (summary["unit"] == BOTH).any() else "seeds",
         "forest": _forest(arms, tests, scales, metric, baseline, correction, alpha, out_dir),
         "forest_m": tested,
         "forest_adjusted": correction != "none" and any(m > 1 for m in tested.values()),
@@ -384,9 +402,9 @@ def _extra_metrics(arms: pd.DataFrame, metric: str) -> list[tuple[str, str]]:
     return extra + [(c, f"best@{k} (%)") for k, c in best]
 
 
-def _scale_sections(arms, summary, tests, scales, params, metric, baseline, style) -> list[dict]:
+def _scale_sections(arms, outcomes, summary, tests, scales, params, metric, baseline, style) -> list[dict]:
     extra = [
-        (label, summarize(arms, col).set_index(["scale", "method"]))
+        (label, two_way_summary(arms, outcomes, col).set_index(["scale", "method"]))
         for col, label in _extra_metrics(arms, metric)
     ]
     paradigm = arms.groupby("method")["paradigm"].first()
@@ -404,6 +422,7 @@ def _scale_sections(arms, summary, tests, scales, params, metric, baseline, styl
                     Cell(paradigm[method], paradigm[method]),
                     Cell(str(row["n"]), _key(row["n"])),
                     _mean_ci(row),
+                    Cell(_interval(row, "seed_ci") if not math.isnan(row["seed_ci_low"]) else "—", ""),
                     Cell(
                         html=Markup(figs.dots(row["values"], row["mean"], lo, hi, style[method][0])), sort=""
                     ),
@@ -448,7 +467,8 @@ def _reference_rows(runs: pd.DataFrame, metric: str, extra_cols: list[str]) -> l
             Cell("—", ""),
             Cell(_pct(value), _key(value)),
             Cell("", ""),
-        ] + [Cell("", "") for _ in range(4)]
+            Cell("", ""),
+        ] + [Cell("", "") for _ in range(5)]
         for ex_col in extra_cols:
             chance = (
                 "ood_chance" if ex_col == OOD else f"{ex_col}_chance" if DOMAIN.fullmatch(ex_col) else None
@@ -489,32 +509,46 @@ def _leaderboard_columns(metric: str, extra: list) -> list[Column]:
         Column("Method"),
         Column("Paradigm"),
         Column("n", "number", "seeds"),
-        Column(f"{metric} (%) ± 95% CI", "number", "mean over seeds ± t-interval half-width"),
+        Column(
+            f"{metric} (%) [95% CI]", "number", "mean over seeds; interval over seeds × problems (two-way)"
+        ),
+        Column("seeds only", "none", "the t-interval over seeds alone (test problems held fixed), in %"),
         Column("Seeds", "none", "one dot per seed; the bar is the mean"),
-        Column("Δ vs baseline (pp)", "number", "mean difference to the baseline, percentage points"),
-        Column("p_adj", "number", "Welch p-value after correction over the methods at this scale"),
-        Column("Sig.", "text", "p_adj < α"),
-        Column("Hedges' g", "number", "bias-corrected standardized mean difference"),
-        *[Column(label, "number", "mean ± 95% t-interval") for label, _ in extra],
+        Column("Δ vs baseline (pp) [95% CI]", "number", "mean difference to the baseline; two-way interval"),
+        Column("p_adj", "number", "two-way p-value after correction over the methods at this scale"),
+        Column("p_adj, seeds only", "number", "Welch's over seeds alone, after the same correction"),
+        Column("Sig.", "text", "p_adj < α (two-way)"),
+        Column("Hedges' g", "number", "bias-corrected standardized mean difference over seeds"),
+        *[Column(f"{label} [95% CI]", "number", "mean [two-way interval]") for label, _ in extra],
     ]
 
 
 def _test_cells(test: pd.Series | None, is_baseline: bool) -> list[Cell]:
     """Δ, p_adj, significance and Hedges' g cells of one leaderboard row."""
     if is_baseline:
-        return [Cell("baseline", "0"), Cell("", ""), Cell("baseline", "", cls="base"), Cell("", "")]
+        return [
+            Cell("baseline", "0"),
+            Cell("", ""),
+            Cell("", ""),
+            Cell("baseline", "", cls="base"),
+            Cell("", ""),
+        ]
     if test is None:
-        return [Cell("—", "", title="baseline not run at this scale")] + [Cell("—", "") for _ in range(3)]
-    ci = f"Welch CI [{_pct(test['ci_low'])}, {_pct(test['ci_high'])}] pp; unadjusted p = {_p(test['p'])}"
+        return [Cell("—", "", title="baseline not run at this scale")] + [Cell("—", "") for _ in range(4)]
+    unit = test.get("unit", "seeds")
+    ci = f"over {unit}; unadjusted p = {_p(test['p'])}; seeds only: {_interval(test, 'seed_ci')} pp, p = {_p(test['seed_p'])}"
     if math.isnan(test["p"]):
         sig = Cell("n/a", "", title="needs at least 2 seeds on both sides")
     elif test["significant"]:
         sig = Cell("▲ sig." if test["delta"] > 0 else "▼ sig.", "1", cls="sig")
     else:
         sig = Cell("n.s.", "0")
+    delta = _pct(test["delta"], sign=True)
+    delta += "" if math.isnan(test["ci_low"]) else f" {_interval(test, 'ci')}"
     return [
-        Cell(_pct(test["delta"], sign=True), _key(test["delta"]), title=ci),
-        Cell(_p(test["p_adj"]), _key(test["p_adj"])),
+        Cell(delta, _key(test["delta"]), title=ci),
+        Cell(_p(test["p_adj"]), _key(test["p_adj"]), title=f"unit: {unit}"),
+        Cell(_p(test["seed_p_adj"]), _key(test["seed_p_adj"])),
         sig,
         Cell(_fixed(test["hedges_g"], sign=True), _key(test["hedges_g"])),
     ]
@@ -549,7 +583,9 @@ def _forest_rows(arms, tests, metric, baseline, correction, alpha) -> list[dict]
     rows = []
     for _, t in tests.iterrows():
         adj_lo = adj_hi = math.nan
-        if correction != "none" and m > 1 and not math.isnan(t["p"]):
+        if correction != "none" and m > 1 and t.get("unit") == BOTH:
+            adj_lo, adj_hi = t["adj_ci_low"], t["adj_ci_high"]
+        elif correction != "none" and m > 1 and not math.isnan(t["p"]):
             cell = arms[arms["scale"] == t["scale"]].dropna(subset=[metric])
             a = cell.loc[cell["method"] == t["method"], metric]
             b = cell.loc[cell["method"] == baseline, metric]

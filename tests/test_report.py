@@ -157,29 +157,39 @@ def test_report_has_every_table_and_section(html):
         "Qwen/Qwen2.5-0.5B ",
     ]
     board = page.tables["leaderboard-0"]
-    assert board["head"][-2:] == ["OOD acc. (%)", "best@4 (%)"]
+    assert board["head"][-2:] == ["OOD acc. (%) [95% CI]", "best@4 (%) [95% CI]"]
     assert len(board["rows"]) == 4
 
 
 def test_leaderboard_numbers_match_analysis(grid, html):
-    """The mean ± CI, Δ, p_adj and significance cells equal summarize / welch_vs_baseline."""
-    runs = analysis.load_runs(grid)
-    summary = analysis.summarize(runs).set_index(["scale", "method"])
-    tests = analysis.welch_vs_baseline(runs).set_index(["scale", "method"])
+    """The cells equal analysis.crossed's two-way tables (seeds × problems, the default unit), with the
+    seed-only numbers of summarize / welch_vs_baseline beside them."""
+    from analysis.crossed import BOTH, two_way_summary, two_way_vs_baseline
+
+    runs, outcomes = analysis.load_runs(grid), analysis.load_problem_outcomes(grid)
+    summary = two_way_summary(runs, outcomes, "accuracy").set_index(["scale", "method"])
+    tests = two_way_vs_baseline(runs, outcomes, "accuracy", "dpo", correction="bonferroni", alpha=0.05)
+    seed_only = analysis.summarize(runs).set_index(["scale", "method"]).loc[("Qwen/Qwen2.5-0.5B", "simpo")]
     board = Page(html).tables["leaderboard-2"]
     s = summary.loc[("Qwen/Qwen2.5-0.5B", "simpo")]
-    t = tests.loc[("Qwen/Qwen2.5-0.5B", "simpo")]
+    t = tests.set_index(["scale", "method"]).loc[("Qwen/Qwen2.5-0.5B", "simpo")]
     row = row_of(board, "simpo")
-    expected = f"{100 * s['mean']:.1f} ± {100 * (s['ci_high'] - s['mean']):.1f}"
-    # seeds 0.690, 0.700, 0.712: mean 2.102/3 = 0.70067; s = 0.011015, t_{.975,2}·s/√3 = 0.02736
-    assert expected == "70.1 ± 2.7"
+    assert s["unit"] == t["unit"] == BOTH and s["n_problems"] == 40
+    expected = f"{100 * s['mean']:.1f} [{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}]"
     assert row[column(board, "accuracy")] == (expected, repr(float(s["mean"])))
-    assert row[column(board, "Δ vs baseline")][0] == f"{100 * t['delta']:+.1f}" == "+10.0"
-    assert row[column(board, "p_adj")][0] == (
-        f"{t['p_adj']:.1e}" if t["p_adj"] < 1e-3 else f"{t['p_adj']:.3f}"
+    # seeds 0.690, 0.700, 0.712: mean 0.70067 ± t_{.975,2}·s/√3 = 0.02736 over seeds alone
+    assert row[column(board, "seeds only")][0] == "[67.3, 72.8]"
+    assert seed_only["ci_low"] == pytest.approx(0.7007 - 0.0274, abs=1e-4)
+    # 40 problems: the two-way interval is wider than the seed-only one
+    assert s["ci_high"] - s["ci_low"] > seed_only["ci_high"] - seed_only["ci_low"]
+    assert row[column(board, "Δ vs baseline")][0] == (
+        f"{100 * t['delta']:+.1f} [{100 * t['ci_low']:.1f}, {100 * t['ci_high']:.1f}]"
     )
-    assert t["significant"] and row[column(board, "Sig.")][0] == "▲ sig."
-    assert row[column(board, "Hedges")][0] == f"{t['hedges_g']:+.2f}"
+    fmt = lambda p: f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"  # noqa: E731
+    assert row[column(board, "p_adj")][0] == fmt(t["p_adj"])
+    assert row[column(board, "p_adj, seeds only")][0] == fmt(t["seed_p_adj"])
+    assert t["significant"] == (t["p_adj"] < 0.05)
+    assert row[column(board, "Sig.")][0] == ("▲ sig." if t["significant"] else "n.s.")
     assert row_of(board, "dpo")[column(board, "Sig.")][0] == "baseline"
     # Rows start sorted by mean, best first.
     means = [float(r[column(board, "accuracy")][1]) for r in board["rows"]]
@@ -250,19 +260,17 @@ def test_csp_allows_exactly_the_inline_script(html):
 
 
 def test_correction_and_alpha_are_applied(grid):
-    """correction='none', alpha=0.5: p_adj is the raw Welch p (0.090, Bonferroni gave 3 × that = 0.271)."""
+    """correction='none', alpha=0.5: p_adj is the raw two-way p, and the decision follows it."""
+    from analysis.crossed import two_way_vs_baseline
+
     html = render_report(grid, correction="none", alpha=0.5)
-    raw = analysis.welch_vs_baseline(analysis.load_runs(grid), correction="none").set_index(
-        ["scale", "method"]
-    )
+    runs, outcomes = analysis.load_runs(grid), analysis.load_problem_outcomes(grid)
+    raw = two_way_vs_baseline(runs, outcomes, "accuracy", "dpo", correction="none", alpha=0.5)
+    t = raw.set_index(["scale", "method"]).loc[("tiny", "kto")]
     board = Page(html).tables["leaderboard-0"]
-    row = row_of(board, XSS)
-    p = raw.loc[("tiny", XSS), "p"]
-    assert row[column(board, "p_adj")][0] == f"{p:.3f}" == "0.090"
-    assert (
-        row[column(board, "Sig.")][0] == "▲ sig."
-        and row_of(board, "kto")[column(board, "Sig.")][0] == "▼ sig."
-    )
+    row = row_of(board, "kto")
+    assert row[column(board, "p_adj")][0] == f"{t['p']:.3f}" and t["p_adj"] == t["p"]
+    assert row[column(board, "Sig.")][0] == ("▼ sig." if t["p"] < 0.5 else "n.s.")
     assert "Light wide bar" not in html and "Bonferroni simultaneous" in render_report(
         grid, correction="holm"
     )
@@ -325,7 +333,7 @@ def test_missing_baseline_falls_back_and_says_so(tmp_path):
     assert "Baseline &#39;dpo&#39; has no finished run; comparing against &#39;kto&#39;" in html
     board = Page(html).tables["leaderboard-1"]
     assert row_of(board, "kto")[column(board, "Sig.")][0] == "baseline"
-    assert row_of(board, "simpo")[column(board, "Δ vs baseline")][0] == "+12.0"
+    assert row_of(board, "simpo")[column(board, "Δ vs baseline")][0].startswith("+12.0 [")
 
 
 def test_lora_runs_are_separate_arms(tmp_path):
@@ -335,7 +343,7 @@ def test_lora_runs_are_separate_arms(tmp_path):
                                    metrics={"accuracy": 0.3 + seed / 100}))  # fmt: skip
     board = Page(write_report(tmp_path).read_text()).tables["leaderboard-0"]
     assert sorted(r[0][0] for r in board["rows"]) == ["dpo", "dpo (LoRA)"]
-    assert row_of(board, "dpo (LoRA)")[column(board, "accuracy")][0].startswith("30.5 ± ")
+    assert row_of(board, "dpo (LoRA)")[column(board, "accuracy")][0].startswith("30.5 [")
     assert math.isfinite(float(row_of(board, "dpo (LoRA)")[column(board, "Δ vs baseline")][1]))
 
 
@@ -409,7 +417,7 @@ def test_a_leaderboard_ranks_the_metric_the_grid_names(tmp_path):
     assert r.exit_code == 0, r.output
     assert board()["head"][3].startswith("accuracy_verified_flexible (%)")
     assert [row[0][0] for row in board()["rows"]] == ["dpo", "simpo", "kto"]  # ranked by skill
-    assert [row[column(board(), "strict")][0] for row in board()["rows"]] == ["0.0 ± 0.0"] * 3
+    assert [row[column(board(), "strict")][0] for row in board()["rows"]] == ["0.0 [0.0, 0.0]"] * 3
     (tmp_path / "report.json").write_text('{"metric": "accuracy_verified_flexible", "baseline": "kto"}')
     assert runner.invoke(app, ["report", str(tmp_path)]).exit_code == 0  # the saved options are the default
     assert board()["head"][3].startswith("accuracy_verified_flexible (%)")

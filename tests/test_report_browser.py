@@ -157,7 +157,7 @@ def test_report_in_browser_sorts_and_never_runs_payloads(driver, report):
 
     headers = driver.find_elements(By.CSS_SELECTOR, "#leaderboard-0 thead th")
     labels = [h.text for h in headers]
-    method, mean = headers[0], headers[labels.index("accuracy (%) ± 95% CI")]
+    method, mean = headers[0], headers[labels.index("accuracy (%) [95% CI]")]
     method.click()
     assert column_values(driver, "leaderboard-0", 0) == sorted(names, key=str.lower)
     assert method.get_attribute("aria-sort") == "ascending"
