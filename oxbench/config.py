@@ -670,6 +670,13 @@ class RunConfig(Strict):
     grid: str = "adhoc"
     method: str = "sft"
     seed: int = 0
+    # what the run seed redraws (issue 40; docs/engine.md#seeds). "run": the training subset
+    # (data.n_train or online.n_prompts drawn from the whole train split), its order, LoRA and head
+    # initialisation, and the self-play and rollout sampling: a seed is a fresh draw of everything
+    # random in training. "order" (the historic scope, what the committed studies ran): the order and
+    # the initialisation only; the subset (the split's first rows) and the sampling are shared by every
+    # seed. The evaluation's draws are shared by every run in both (the instrument, not the treatment).
+    seed_scope: Literal["order", "run"] = added("order", now="run")
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     data: DataConfig = DataConfig()
@@ -740,12 +747,15 @@ class RunConfig(Strict):
         return out
 
     def seeds(self) -> dict[str, int]:
-        """The four seeds of this run. Data order and init follow the run seed; self-play sampling
-        and evaluation default to fixed values so every arm of a grid shares its data and its
-        sampled-evaluation draws (only the training differs)."""
-        derived = {"data": self.seed, "init": self.seed, "sampling": 0, "eval": 0}
+        """This run's seeds. Data order and init follow the run seed. Under ``seed_scope: run`` the
+        training subset (``subset``) and the self-play and rollout sampling do too; under ``order`` the
+        sampling is fixed and the subset is the split's first rows (no ``subset`` seed), shared by every
+        seed. The sampled evaluation's seed is fixed in both, so every run meets the same draws."""
+        run = self.seed_scope == "run"
+        derived = {"data": self.seed, "init": self.seed, "sampling": self.seed if run else 0, "eval": 0}
         given = self.seed_overrides.model_dump()
-        return {k: (given[k] if given[k] is not None else v) for k, v in derived.items()}
+        out = {k: (given[k] if given[k] is not None else v) for k, v in derived.items()}
+        return out | ({"subset": self.seed} if run else {})
 
     def run_id(self) -> str:
         """``<scale>-<method>-s<seed>-<hash>``; the hash covers the resolved config and the loss's

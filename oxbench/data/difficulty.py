@@ -39,8 +39,8 @@ def settings(cfg: RunConfig) -> dict:
         "temperature": o.temperature,
         "max_new_tokens": o.max_new_tokens,
         "seed": cfg.seeds()["sampling"],
-        "n_val": cfg.eval.n_val,
-    }  # the validation candidates measured beside the prompts
+        "n_val": cfg.eval.n_val,  # the validation candidates measured beside the prompts
+    } | ({"subset": cfg.seeds()["subset"]} if "subset" in cfg.seeds() else {})  # the pool a seed drew
 
 
 def difficulty_path(cfg: RunConfig, base_key: dict) -> Path:

@@ -3,6 +3,8 @@ of its learning curve (of the same difficulty subset as the prompts when ``data.
 
 from __future__ import annotations
 
+import random
+
 from oxbench.config import RunConfig
 from oxbench.data import difficulty
 from oxbench.tasks import load_task_split
@@ -10,10 +12,23 @@ from oxbench.tasks import load_task_split
 VALIDATION_POOL = 10  # with data.subset: validation candidates per validation problem kept
 
 
+def train_rows(cfg: RunConfig, n: int | None) -> list[dict]:
+    """``n`` rows of the train split (None: all of it): its first ``n`` under ``seed_scope: order``; under
+    ``run``, ``n`` drawn without replacement from the whole split by the run's ``subset`` seed, kept in
+    the split's order. Both are rows of the same split, so the validation and test splits stay apart."""
+    task, seed = cfg.task.model_dump(), cfg.seeds().get("subset")
+    if seed is None or n is None:
+        return load_task_split(task, "train", n=n, seed=0)
+    pool = load_task_split(task, "train", seed=0)
+    if n > len(pool):
+        raise ValueError(f"the train split has {len(pool)} problems, fewer than the {n} a run draws")
+    return [pool[i] for i in sorted(random.Random(f"subset/{seed}").sample(range(len(pool)), n))]
+
+
 def online_prompts(cfg: RunConfig) -> list[dict]:
-    """The online prompt pool: ``online.n_prompts`` of the train split, without the validation rows
-    (GSM8K's validation split is the end of its train file)."""
-    prompts = load_task_split(cfg.task.model_dump(), "train", n=cfg.online.n_prompts, seed=0)
+    """The online prompt pool: ``online.n_prompts`` of the train split (:func:`train_rows`), without the
+    validation rows (GSM8K's validation split is the end of its train file)."""
+    prompts = train_rows(cfg, cfg.online.n_prompts)
     if cfg.eval.every is None or cfg.task.name == "arith":  # arith's validation lies outside its pool
         return prompts
     held = {r["question"] for r in validation_pool(cfg)}

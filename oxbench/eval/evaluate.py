@@ -214,7 +214,9 @@ def sampled_metrics(
         generator_seed=seed,
         progress_label=label and f"{label}: sampled, {len(rows)} problems x {n}",
         backend=eval_backend(cfg, model),
-        stream_keys=[problem_key(r["id"]) for r in rows] if e.sample_stream == "problem" else None,
+        stream_keys=[problem_key(r.get("id", r["question"])) for r in rows]
+        if e.sample_stream == "problem"
+        else None,
     )
     counts = [
         sum(is_correct(c, r["answer"], e.sampled_grader) for c in comps) for comps, r in zip(outs, rows)

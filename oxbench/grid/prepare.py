@@ -12,13 +12,12 @@ from pathlib import Path
 
 from oxbench.config import RunConfig
 from oxbench.data import difficulty, pipeline
-from oxbench.data.selection import online_prompts, validation_pool
+from oxbench.data.selection import online_prompts, train_rows, validation_pool
 from oxbench.engine import distributed as D
 from oxbench.engine.plan import RunPlan, resolve
 from oxbench.eval.evaluate import evaluate
 from oxbench.grid.shared import prepared_marker
 from oxbench.models.loading import base_model_path, load_model
-from oxbench.tasks import load_task_split
 from oxbench.utils import cache_hit, cache_root, content_hash, write_json_atomic
 
 
@@ -113,7 +112,7 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
             "subset": cfg.data.subset,
             "pool_correct_histogram": hist,
         }
-    train = load_task_split(cfg.task.model_dump(), "train", n=cfg.data.n_train, seed=0)
+    train = train_rows(cfg, cfg.data.n_train)
     if not plan.caps.self_play_data:
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
     d = cfg.data

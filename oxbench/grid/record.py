@@ -56,6 +56,8 @@ class RunRecord(BaseModel):
     arm: dict[str, Any] = {}
     # provenance, from the RunConfig and the machine (set when the run starts)
     seeds: dict[str, int] | None = None
+    #: what the run seed redrew (RunConfig.seed_scope): "run" or "order"; None in records before it existed
+    seed_scope: str | None = None
     config: dict[str, Any] | None = None
     config_hash: str | None = None
     git_sha: str | None = None

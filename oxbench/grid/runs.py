@@ -59,6 +59,7 @@ def new_record(cfg: RunConfig, *, world_size: int, nodes: int) -> RunRecord:
         lora=cfg.model.lora.enabled,
         arm=cfg.arm(),
         seeds=cfg.seeds(),
+        seed_scope=cfg.seed_scope,
         config=cfg.model_dump(),
         config_hash=content_hash(cfg.identity()),
         git_sha=git_sha(),

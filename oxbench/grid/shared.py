@@ -24,6 +24,8 @@ def shared_key(cfg: RunConfig) -> str:
     }
     if caps.self_play_data:
         parts |= {"data": cfg.data.hash_view(), "sampling": cfg.seeds()["sampling"]}
+    if "subset" in cfg.seeds() and (caps.self_play_data or cfg.data.subset is not None):
+        parts |= {"subset": cfg.seeds()["subset"]}  # seed_scope run: each seed draws its own rows
     if cfg.data.subset is not None and caps.online:  # every subset of one pool shares its measurement
         parts |= {"difficulty": difficulty_settings(cfg)}
     return content_hash(parts)
