@@ -628,6 +628,10 @@ class EvalConfig(Strict):
     sample_stream: Literal["call", "problem"] = added("call", now="problem")
     # generation for evaluation: lean (oxbench's decode loop; greedy ids equal HF generate's), hf
     backend: Literal["hf", "lean"] = added("hf", now="lean")
+    # the problems graded: "test", or "confirm", the locked confirmation split (arith: test-class problems
+    # outside the whole test pool, which no design choice has seen); only a grid marked
+    # ``confirmatory: true`` may read it (oxbench.grid.spec)
+    split: Literal["test", "confirm"] = added("test")
     lm_eval: LmEvalConfig = added(LmEvalConfig())
 
 

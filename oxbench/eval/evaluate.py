@@ -43,7 +43,8 @@ def all_at_k(n: int, c: int, k: int) -> float:
 
 
 def test_rows(cfg: RunConfig) -> list[dict]:
-    return load_task_split(cfg.task.model_dump(), "test", n=cfg.eval.n_test, seed=0)
+    """The graded problems: ``eval.n_test`` of the test split, or of the locked confirmation split."""
+    return load_task_split(cfg.task.model_dump(), cfg.eval.split, n=cfg.eval.n_test, seed=0)
 
 
 def ood_rows(cfg: RunConfig) -> list[dict]:

@@ -113,6 +113,9 @@ class GridFile(BaseModel):
     scales: dict[str, dict[str, Any]] = Field(default_factory=dict)
     report: ReportOptions = Field(default_factory=ReportOptions)
     cluster: ClusterOptions = Field(default_factory=ClusterOptions)
+    # a confirmatory grid (its design pre-registered before it runs): the only kind that may evaluate on
+    # the locked confirmation split (eval.split: confirm)
+    confirmatory: bool = False
 
     @field_validator("name")
     @classmethod
@@ -347,6 +350,9 @@ def _cell(grid: GridFile, values: dict, arm_keys: list[str], checks: list, where
         return None
     if over:
         raise GridError(over)
+    if cfg.eval.split == "confirm" and (not grid.confirmatory or cfg.task.name != "arith"):
+        why = LOCKED if not grid.confirmatory else f"task {cfg.task.name} has no locked confirmation split"
+        raise GridError(f"{cell}: field 'eval.split': {why}")
     validate_cell(cfg, cell)
     return cfg
 
@@ -586,8 +592,14 @@ def _check_arith_sizes(n_ops: int, max_operand: int, n_train: int | None, n_test
     arith.generate("test", n_test, n_ops=n_ops, max_operand=max_operand)
 
 
+LOCKED = (
+    "'confirm' is the locked confirmation split: only a grid marked 'confirmatory: true' (its design "
+    "pre-registered) may evaluate on it"
+)
+
+
 def load_run_config(path: str | Path) -> RunConfig:
-    """A single-cell YAML or JSON file (a RunConfig)."""
+    """A single-cell YAML or JSON file (a RunConfig); never confirmatory (a grid is)."""
     path = Path(path)
     raw = _read_yaml(path, "config file")
     if not isinstance(raw, dict) or not raw:
@@ -598,5 +610,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
         raise GridError(format_validation_error(exc, str(path))) from None
+    if cfg.eval.split == "confirm":
+        raise GridError(f"{path}: field 'eval.split': {LOCKED}")
     validate_cell(cfg, str(path))
     return cfg

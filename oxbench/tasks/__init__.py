@@ -43,6 +43,11 @@ def load_task_split(
         from oxbench.tasks.errors import TaskError
         from oxbench.tasks.gsm8k import _looks_like_path, load_gsm8k
 
+        if split == "confirm":
+            raise TaskError(
+                "eval.split: gsm8k has no locked confirmation split (its test file is public); hold back "
+                "problems of your own as task.test_path of a confirmatory grid"
+            )
         if split == "validation":  # the last n problems of the train file (online prompts exclude them)
             rows = load_task_split(task, "train", local_only=local_only)
             return [{**r, "id": f"validation-{r['id']}"} for r in rows[len(rows) - min(n or 0, len(rows)) :]]

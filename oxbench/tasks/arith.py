@@ -43,6 +43,23 @@ def _split_of(key: str) -> str:
     return "test" if digest % TEST_FRACTION_MOD == 0 else "train"
 
 
+#: the hash class each split draws from: validation from train's, the locked confirmation split from test's
+SPLIT_CLASS = {"train": "train", "validation": "train", "test": "test", "confirm": "test"}
+
+
+def _held_out(split: str, seed: int, n_ops: int, max_operand: int, variant: str) -> set[str]:
+    """The answers a split must not contain: validation leaves out the whole train pool; the locked
+    confirmation split (``confirm``) the whole test pool, so no evaluation of the test split, at any
+    ``eval.n_test``, has seen one of its problems. It is drawn from its own random stream."""
+    if split not in ("validation", "confirm"):
+        return set()
+    of = "train" if split == "validation" else "test"
+    return {
+        r["answer"]
+        for r in generate(of, None, seed=seed, n_ops=n_ops, max_operand=max_operand, variant=variant)
+    }
+
+
 def _draw(rng: random.Random, n_ops: int, max_operand: int) -> tuple[int, list[tuple[str, int]]]:
     start = rng.randint(2, max_operand)
     ops, value = [], start
@@ -113,12 +130,9 @@ def generate(
     """
     whole = n is None
     n = POOL_SIZE if whole else n
-    if split not in ("train", "test", "validation"):
-        raise ValueError(f"arith: split must be 'train', 'test' or 'validation', got {split!r}")
-    held = set()  # validation: the whole train pool's problems are excluded
-    if split == "validation":
-        pool = generate("train", None, seed=seed, n_ops=n_ops, max_operand=max_operand, variant=variant)
-        held = {r["answer"] for r in pool}
+    if split not in ("train", "test", "validation", "confirm"):
+        raise ValueError(f"arith: split must be 'train', 'test', 'validation' or 'confirm', got {split!r}")
+    held = _held_out(split, seed, n_ops, max_operand, variant)
     if variant not in ("id", "ood"):
         raise ValueError(f"arith: variant must be 'id' or 'ood', got {variant!r}")
     if n_ops < 1 or max_operand < 2:
@@ -137,7 +151,7 @@ def generate(
             )
         start, ops = _draw(rng, actual_steps, max_operand)
         key = f"{start}|" + "|".join(f"{op}{b}" for op, b in ops)
-        if (distinct and key in seen) or _split_of(key) != ("train" if split == "validation" else split):
+        if (distinct and key in seen) or _split_of(key) != SPLIT_CLASS[split]:
             continue
         answer, _ = _working(start, ops)
         if answer in held:
