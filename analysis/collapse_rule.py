@@ -4,22 +4,33 @@ The engine's in-run detector compares the last rounds' reward with the **first**
 base's level). This rule is relative to the run's **peak** and adds an **accuracy** condition. From
 the records only (``run.json``, ``metrics.jsonl``, ``curve.jsonl``), an online run **failed** when:
 
-* **R** (reward, peak-relative): with the window W = max(4, ⌈256 / B⌉) rounds (B = B_p · n rollouts
-  per round: at least 4 rounds and 256 rollouts), the run has T >= 2W rounds and the mean reward of
-  its last window is below ``0.5`` x its best window's;
-* **A** (accuracy, final): its final test flexible accuracy is below ``0.5`` x its base's;
+* **R** (reward, peak-relative): with the window W rounds (below), the run has T >= 2W rounds and the
+  mean reward of its last window is below ``reward_fraction`` (0.5) x its best window's;
+* **A** (accuracy, final): its final test flexible accuracy is below ``accuracy_fraction`` (0.5) x its
+  base's;
 * **C** (accuracy, learning curve): it has a ``curve.jsonl`` whose last flexible accuracy is below
-  ``0.5`` x the curve's zero-compute (base) point;
+  ``accuracy_fraction`` (0.5) x the curve's zero-compute (base) point;
 * **N**: the engine stopped it for a non-finite loss.
 
-Otherwise it is **stable**. Sensitivity columns (never the primary label): ``R`` alone, ``A`` alone,
+Otherwise it is **stable**. The window (:func:`window_rounds`) is the rule's version:
+
+* **version 3** (the primary label; the page's "Version 3", issue 40 item 6): W = max(4, ⌈64 / B_p⌉)
+  rounds, at least 4 rounds and 64 prompts (B_p = ``online.prompts_per_batch``);
+* **version 2** (kept beside it): W = max(4, ⌈256 / B⌉) rounds, at least 4 rounds and 256 rollouts
+  (B = B_p · n rollouts per round). Version 1 has version 2's window (it differs only in what counts
+  as one run).
+
+The two give the same window wherever n = 4 (256 rollouts are 64 prompts) or B_p >= 16 with
+B_p · n >= 64 (W = 4 both), e.g. every staleness cell (B_p = 16, n = 4). The fractions are parameters
+(the pre-registered 0.5 by default), so the cut-off sensitivity (0.4 / 0.6) runs the same code. Sensitivity columns (never the primary label): ``R`` alone, ``A`` alone,
 ``A_verified`` (verified-flexible in place of flexible) and ``old`` (the engine's first-window flag).
 
 :func:`judge_run` applies the rule to one record; :func:`label_runs` to every finished online record
-under a directory, with the run's identity (``fingerprint``: identical deterministic content means
-one run, e.g. the S = 0 cells of every staleness correction; ``fingerprint_full`` also hashes losses and
-diagnostics) and its effective step scale
-(``step_scale``, VCPO's √ESS learning rate: the mean of ``lr_effective_t / lr_{t-1}``).
+under a directory, with the rule it applied (``version``, ``reward_fraction``, ``accuracy_fraction``),
+the run's identity (``fingerprint``: identical deterministic content means one run, e.g. the S = 0
+cells of every staleness correction; ``fingerprint_full`` also hashes losses and diagnostics) and its
+effective step scale (``step_scale``, VCPO's √ESS learning rate: the mean of
+``lr_effective_t / lr_{t-1}``).
 """
 
 from __future__ import annotations
@@ -34,11 +45,18 @@ import pandas as pd
 
 from analysis.runs import _records, read_metrics
 
-#: The rule's constants, as pre-registered in docs/collapse_rule.md.
+#: The rule's version that gives the primary label (docs/collapse_rule.md, "Version 3"), and those kept.
+VERSION = 3
+VERSIONS = (2, 3)
+#: The rule's constants, as pre-registered in docs/collapse_rule.md (the fractions are the defaults of
+#: the ``reward_fraction`` and ``accuracy_fraction`` parameters).
 REWARD_FRACTION = 0.5
 ACCURACY_FRACTION = 0.5
 MIN_WINDOW_ROUNDS = 4
+#: version 2's window: at least this many rollouts (B = B_p · n a round)
 MIN_WINDOW_ROLLOUTS = 256
+#: version 3's window: at least this many prompts (B_p a round)
+MIN_WINDOW_PROMPTS = 64
 #: metrics.jsonl keys that depend on the machine, not on the run's arithmetic (left out of fingerprints).
 _CLOCK_WORDS = ("seconds", "elapsed", "per_s", "wait", "timing")
 
@@ -52,6 +70,11 @@ LABEL_COLUMNS = [
     "lr",
     "ess_lr",
     "seed",
+    "version",
+    "reward_fraction",
+    "accuracy_fraction",
+    "B_p",
+    "n",
     "B",
     "rounds",
     "window",
@@ -77,10 +100,31 @@ LABEL_COLUMNS = [
     "fingerprint_full",
 ]
 
+#: the label columns read from the record's ``metrics`` (the test accuracies and the base's)
+METRIC_COLUMNS = [
+    "accuracy",
+    "accuracy_flexible",
+    "base_accuracy_flexible",
+    "accuracy_verified_flexible",
+    "base_accuracy_verified_flexible",
+]
 
-def window_rounds(rollouts_per_round: int) -> int:
-    """W = max(4, ⌈256 / B⌉): a window of at least 4 rounds and at least 256 rollouts (the rule's R)."""
-    return max(MIN_WINDOW_ROUNDS, math.ceil(MIN_WINDOW_ROLLOUTS / max(1, rollouts_per_round)))
+
+def window_rounds(prompts_per_round: int, rollouts_per_prompt: int, *, version: int = VERSION) -> int:
+    """Condition R's window in rounds for a run with B_p = ``prompts_per_round`` prompts and n =
+    ``rollouts_per_prompt`` rollouts each a round. Version 3: W = max(4, ⌈64 / B_p⌉), at least 4 rounds
+    and 64 prompts (n does not enter). Version 2: W = max(4, ⌈256 / (B_p · n)⌉), at least 4 rounds and
+    256 rollouts."""
+    if prompts_per_round < 1 or rollouts_per_prompt < 1:
+        raise ValueError(
+            f"a round has B_p >= 1 and n >= 1, not {prompts_per_round} and {rollouts_per_prompt}"
+        )
+    if version == 3:
+        return max(MIN_WINDOW_ROUNDS, math.ceil(MIN_WINDOW_PROMPTS / prompts_per_round))
+    if version == 2:
+        rollouts = prompts_per_round * rollouts_per_prompt
+        return max(MIN_WINDOW_ROUNDS, math.ceil(MIN_WINDOW_ROLLOUTS / rollouts))
+    raise ValueError(f"collapse rule version {version}: the versions with a window are {VERSIONS}")
 
 
 def round_rewards(history: list[dict]) -> np.ndarray:
@@ -95,9 +139,9 @@ def round_rewards(history: list[dict]) -> np.ndarray:
     return np.array([np.mean(v) for v in rounds.values()], float)
 
 
-def reward_condition(rewards: np.ndarray, window: int) -> dict:
+def reward_condition(rewards: np.ndarray, window: int, fraction: float = REWARD_FRACTION) -> dict:
     """Condition R: ``peak`` (best window mean), ``last`` (last window mean), ``judged`` (T >= 2W) and
-    ``fired`` (judged and last < 0.5 · peak)."""
+    ``fired`` (judged and last < ``fraction`` · peak; 0.5 as pre-registered)."""
     if len(rewards) < window:
         return {"peak": math.nan, "last": math.nan, "judged": False, "fired": False}
     means = np.convolve(rewards, np.ones(window) / window, mode="valid")
@@ -107,18 +151,20 @@ def reward_condition(rewards: np.ndarray, window: int) -> dict:
         "peak": peak,
         "last": last,
         "judged": judged,
-        "fired": bool(judged and last < REWARD_FRACTION * peak),
+        "fired": bool(judged and last < fraction * peak),
     }
 
 
-def _below_half(value: float | None, base: float | None) -> bool:
+def _below(value: float | None, base: float | None, fraction: float) -> bool:
+    """``value < fraction x base``; False where either is missing."""
     if value is None or base is None or math.isnan(value) or math.isnan(base):
         return False
-    return value < ACCURACY_FRACTION * base
+    return value < fraction * base
 
 
-def curve_condition(curve: list[dict] | None) -> bool:
-    """Condition C: the learning curve's last flexible accuracy < 0.5 x its zero-compute point's."""
+def curve_condition(curve: list[dict] | None, fraction: float = ACCURACY_FRACTION) -> bool:
+    """Condition C: the learning curve's last flexible accuracy < ``fraction`` (0.5) x its zero-compute
+    point's."""
     points = [p for p in curve or [] if p.get("accuracy_flexible") is not None]
     if len(points) < 2:
         return False
@@ -126,31 +172,43 @@ def curve_condition(curve: list[dict] | None) -> bool:
     start = points[0]
     if start.get("rollouts", start.get("step")) != 0:
         return False
-    return _below_half(points[-1]["accuracy_flexible"], start["accuracy_flexible"])
+    return _below(points[-1]["accuracy_flexible"], start["accuracy_flexible"], fraction)
 
 
-def judge_run(record: dict, history: list[dict], curve: list[dict] | None = None) -> dict:
-    """The rule (module doc) on one record: each condition, ``failed`` (R or A or C or N), ``old`` (the
-    engine's flag) and ``reasons`` (the conditions that fired, e.g. ``"R+A"``)."""
+def judge_run(
+    record: dict,
+    history: list[dict],
+    curve: list[dict] | None = None,
+    *,
+    version: int = VERSION,
+    reward_fraction: float = REWARD_FRACTION,
+    accuracy_fraction: float = ACCURACY_FRACTION,
+) -> dict:
+    """The rule (module doc) of ``version`` on one record, with its two fractions: each condition,
+    ``failed`` (R or A or C or N), ``old`` (the engine's flag), ``reasons`` (the conditions that fired,
+    e.g. ``"R+A"``), the round's ``B_p``, ``n``, ``B`` and the ``window`` it used."""
     online, m = record["config"]["online"], record.get("metrics") or {}
-    b = int(online.get("prompts_per_batch") or 1) * int(online.get("n") or 1)
+    b_p, n = int(online.get("prompts_per_batch") or 1), int(online.get("n") or 1)
     rewards = round_rewards(history)
-    window = window_rounds(b)
-    r = reward_condition(rewards, window)
+    window = window_rounds(b_p, n, version=version)
+    r = reward_condition(rewards, window, reward_fraction)
     collapse = record.get("collapse") or {}
+    verified = (m.get("accuracy_verified_flexible"), m.get("base_accuracy_verified_flexible"))
     conds = {
         "R": r["fired"],
-        "A": _below_half(m.get("accuracy_flexible"), m.get("base_accuracy_flexible")),
-        "A_verified": _below_half(
-            m.get("accuracy_verified_flexible"), m.get("base_accuracy_verified_flexible")
-        ),
-        "C": curve_condition(curve),
+        "A": _below(m.get("accuracy_flexible"), m.get("base_accuracy_flexible"), accuracy_fraction),
+        "A_verified": _below(*verified, accuracy_fraction),
+        "C": curve_condition(curve, accuracy_fraction),
         "N": "non-finite" in str(collapse.get("reason", "")),
     }
     failed = conds["R"] or conds["A"] or conds["C"] or conds["N"]
-    reasons = "+".join(k for k in ("R", "A", "C", "N") if conds[k])
     return {
-        "B": b,
+        "version": version,
+        "reward_fraction": reward_fraction,
+        "accuracy_fraction": accuracy_fraction,
+        "B_p": b_p,
+        "n": n,
+        "B": b_p * n,
         "rounds": len(rewards),
         "window": window,
         "peak": r["peak"],
@@ -159,7 +217,7 @@ def judge_run(record: dict, history: list[dict], curve: list[dict] | None = None
         **conds,
         "failed": bool(failed),
         "old": bool(collapse),
-        "reasons": reasons,
+        "reasons": "+".join(k for k in ("R", "A", "C", "N") if conds[k]),
     }
 
 
@@ -193,10 +251,18 @@ def fingerprint(run_dir: Path, history: list[dict], *, full: bool = False) -> st
     return h.hexdigest()[:16]
 
 
-def label_runs(root: str | Path) -> pd.DataFrame:
-    """:func:`judge_run` on every finished online record under ``root``: one row per run with
-    :data:`LABEL_COLUMNS` (``arm``: the record's arm as JSON; ``correction``: the arm without scale, LoRA, S and η, as
-    :func:`analysis.staleness.load_stability` names it; ``lr_effective`` = η x ``step_scale``)."""
+def label_runs(
+    root: str | Path,
+    *,
+    version: int = VERSION,
+    reward_fraction: float = REWARD_FRACTION,
+    accuracy_fraction: float = ACCURACY_FRACTION,
+) -> pd.DataFrame:
+    """:func:`judge_run` (rule ``version``, its two fractions) on every finished online record under
+    ``root``: one row per run with :data:`LABEL_COLUMNS` (``version`` and the fractions: the rule that
+    labelled it; ``arm``: the record's arm as JSON; ``correction``: the arm without scale, LoRA, S and η,
+    as :func:`analysis.staleness.load_stability` names it; ``lr_effective`` = η x ``step_scale``)."""
+    rule = {"version": version, "reward_fraction": reward_fraction, "accuracy_fraction": accuracy_fraction}
     rows = []
     for rec in _records(root):
         if rec["status"] != "finished" or rec.get("paradigm") != "online":
@@ -221,8 +287,8 @@ def label_runs(root: str | Path) -> pd.DataFrame:
                 "lr": cfg["train"]["lr"],
                 "ess_lr": cfg["online"].get("ess_lr", "none"),
                 "seed": rec["seed"],
-                **judge_run(rec, history, curve),
-                **{k: m.get(k, math.nan) for k in LABEL_COLUMNS if k.startswith(("accuracy", "base_"))},
+                **judge_run(rec, history, curve, **rule),
+                **{k: m.get(k, math.nan) for k in METRIC_COLUMNS},
                 "step_scale": scale,
                 "lr_effective": cfg["train"]["lr"] * scale,
                 "fingerprint": fingerprint(rec["_dir"], history),
