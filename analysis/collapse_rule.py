@@ -21,8 +21,10 @@ Otherwise it is **stable**. The window (:func:`window_rounds`) is the rule's ver
   as one run).
 
 The two give the same window wherever n = 4 (256 rollouts are 64 prompts) or B_p >= 16 with
-B_p · n >= 64 (W = 4 both), e.g. every staleness cell (B_p = 16, n = 4). The fractions are parameters
-(the pre-registered 0.5 by default), so the cut-off sensitivity (0.4 / 0.6) runs the same code. Sensitivity columns (never the primary label): ``R`` alone, ``A`` alone,
+B_p · n >= 64 (W = 4 both); they differ in the staleness cells (B_p = 8, n = 8: version 2's W is 4
+rounds, version 3's 8) and, among others, wherever B_p = 4 with n != 4 (version 3: 16 rounds). The
+fractions are parameters (the pre-registered 0.5 by default), so the cut-off sensitivity (0.4 / 0.6)
+runs the same code. Sensitivity columns (never the primary label): ``R`` alone, ``A`` alone,
 ``A_verified`` (verified-flexible in place of flexible) and ``old`` (the engine's first-window flag).
 
 :func:`judge_run` applies the rule to one record; :func:`label_runs` to every finished online record
