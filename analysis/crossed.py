@@ -8,9 +8,11 @@ seed-only numbers (:func:`analysis.stats.summarize`, :func:`analysis.stats.welch
 beside them in ``seed_*`` columns; decisions (``p_adj``, ``significant``) are the two-way ones.
 
 A metric has per-problem outcomes when it is one of :data:`OUTCOMES` (strict and flexible test
-accuracy, OOD accuracy). A cell whose runs lack them (records without ``eval.jsonl``, another metric)
-keeps the seed-only numbers, and its ``unit`` column says ``seeds``; otherwise ``unit`` is
-``seeds × problems``. Runs of one cell are aligned on the problems they all have.
+accuracy, OOD accuracy, and verified-flexible accuracy where the outcome table carries the column
+:mod:`analysis.arith_records` recovers). A deterministic base enters a comparison through
+:func:`fixed_base` where its metric fixes its per-problem outcomes (0 or 1). A cell whose runs lack
+them (records without ``eval.jsonl``, another metric) keeps the seed-only numbers, and its ``unit``
+column says ``seeds``; otherwise ``unit`` is ``seeds × problems``. Runs of one cell are aligned on the problems they all have.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ OUTCOMES = {
     "accuracy": ("test", "correct"),
     "accuracy_flexible": ("test", "correct_flexible"),
     "ood_accuracy": ("ood", "correct"),
+    # recovered from the completions (analysis.arith_records.with_verified_flexible); absent from
+    # analysis.load_problem_outcomes' table, where such a cell keeps the seed-only numbers
+    "accuracy_verified_flexible": ("test", "verified_flexible"),
 }
 BOTH = "seeds × problems"
 
@@ -38,6 +43,8 @@ def outcome_matrix(runs: pd.DataFrame, outcomes: pd.DataFrame, metric: str) -> p
     if metric not in OUTCOMES or not len(outcomes):
         return None
     split, column = OUTCOMES[metric]
+    if column not in outcomes.columns:
+        return None
     rows = outcomes[(outcomes["split"] == split) & outcomes["run_id"].isin(runs["run_id"])]
     rows = rows.dropna(subset=[column])
     table = rows.pivot_table(index="run_id", columns="id", values=column, aggfunc="first")
@@ -46,6 +53,16 @@ def outcome_matrix(runs: pd.DataFrame, outcomes: pd.DataFrame, metric: str) -> p
         return None
     table = table.loc[order].dropna(axis=1).astype(float)
     return table if table.shape[1] else None
+
+
+def fixed_base(value: float, n_problems: int) -> np.ndarray | None:
+    """The per-problem outcomes of a deterministic base (one greedy evaluation, its ``base_<metric>``),
+    as the (2, ``n_problems``) array :func:`analysis.twoway.two_way_difference` takes (no seed or
+    residual variance), where its metric determines them: 0 (every problem wrong) or 1 (every problem
+    right). None otherwise: the records hold the base's metrics, not its per-problem outcomes."""
+    if value in (0.0, 1.0):
+        return np.full((2, n_problems), float(value))
+    return None
 
 
 def two_way_summary(arms: pd.DataFrame, outcomes: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -118,7 +118,8 @@ def duplicate_arms(
             kept = next((m for m in members if m in prefer), members[0])
             for m in members:
                 if m != kept:
-                    values = agree.get(tuple(sorted((kept, m))), [np.nan])
+                    pair = tuple(sorted((kept, m)))  # a member joined through another: its own agreement
+                    values = agree.get(pair) or _pair(prepared[pair[0]], prepared[pair[1]]) or [np.nan]
                     rows.append(
                         {
                             **dict(zip(cols, key if isinstance(key, tuple) else (key,))),
@@ -146,8 +147,24 @@ def drop_duplicate_arms(df: pd.DataFrame, duplicates: pd.DataFrame) -> pd.DataFr
     return df[~df["run_id"].isin(dropped)].reset_index(drop=True)
 
 
-def duplicate_note(duplicates: pd.DataFrame) -> str | None:
-    """One sentence per duplicate arm, for a report or a summary: what is reported once, and why."""
+def merged_arms(duplicates: pd.DataFrame) -> dict[str, list[str]]:
+    """The arm kept -> the arms it stands for, from :func:`duplicate_arms` (every group of ``by``)."""
+    out: dict[str, list[str]] = {}
+    for r in duplicates.itertuples():
+        out.setdefault(r.kept, [])
+        if r.duplicate not in out[r.kept]:
+            out[r.kept].append(r.duplicate)
+    return out
+
+
+def merged_label(arm: str, merged: dict[str, list[str]]) -> str:
+    """``arm``, with the arms it stands for (:func:`merged_arms`) named: "dpo (= ipo, simpo)"."""
+    return f"{arm} (= {', '.join(merged[arm])})" if merged.get(arm) else arm
+
+
+def duplicate_note(duplicates: pd.DataFrame, *, merged: bool = False) -> str | None:
+    """One sentence per duplicate arm, for a report or a summary: what is reported once, and why
+    (``merged``: the leaderboard too shows each set once, as the study scripts print it)."""
     if not len(duplicates):
         return None
     parts = []
@@ -160,6 +177,7 @@ def duplicate_note(duplicates: pd.DataFrame) -> str | None:
         )
         parts.append(f"{r.duplicate} repeats {r.kept}{where} seed for seed ({how}, {r.seeds} seeds)")
     return (
-        "; ".join(parts) + ". Each set counts once (as the arm it repeats) in method spreads and η²; "
-        "the leaderboard keeps both rows."
+        "; ".join(parts)
+        + ". Each set counts once (as the arm it repeats) in method spreads and η²; "
+        + ("so does the leaderboard." if merged else "the leaderboard keeps both rows.")
     )

@@ -128,6 +128,7 @@ RECORD_READERS = {
     "load_runs",
     "load_failed",
     "load_problem_outcomes",
+    "load_completions",
     "load_curves",
     "load_stability",
     "load_histories",
