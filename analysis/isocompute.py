@@ -16,7 +16,8 @@ C). Everything here is a pure function of those curves:
 * :func:`fit_n_star` and :func:`bootstrap_n_star`: the sigmoid of log n* against log C (lower and
   upper plateaus, midpoint, slope) with intervals from resampling seeds;
 * :func:`at_compute` and :func:`paired_by_problem`: best@k and worst@k per n at matched compute,
-  with paired tests over validation problems;
+  with the two-way test (runs × validation problems, issue 40) and the Wilcoxon test over problems
+  beside it;
 * :func:`variance_share`: how much of the frontier's variance n explains, and how much B_p.
 
 Units: ``x="rollouts"`` is the paper's C; ``x="generated_tokens"`` its appendix's token compute.
@@ -32,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.runs import _records
+from analysis.twoway import two_way_difference
 
 CURVE_KEYS = ("rollouts", "generated_tokens", "trained_tokens", "step")
 SIGMOID_PARAMS = ("lo", "hi", "mid", "slope")
@@ -277,21 +279,25 @@ def per_problem(counts, samples: int, k: int, kind: str) -> np.ndarray:
 
 def paired_by_problem(points: pd.DataFrame, n_a: int, n_b: int, *, k: int, kind: str) -> dict:
     """best@k or worst@k of n_b against n_a on the same validation problems (one point per run, e.g.
-    from :func:`at_compute`; each n's runs averaged per problem): the mean difference, a Wilcoxon
-    signed-rank test over problems, and how many problems each side wins."""
+    from :func:`at_compute`): the mean difference; the two-way test with the runs of each n as its seeds
+    and the validation problems crossed with them (:func:`analysis.twoway.two_way_difference`:
+    ``ci_low``, ``ci_high``, ``two_way_p``; NaN with one run on a side; unit: seeds × problems); beside
+    it the Wilcoxon signed-rank test over problems of each n's runs averaged per problem (``p``; unit:
+    problems) and how many problems each side wins."""
     per_n = {}
     for n in (n_a, n_b):
         rows = points[points["n"] == n]
         if rows.empty:
             raise ValueError(f"no runs with n={n} at this compute")
-        per_n[n] = np.mean(
-            [per_problem(r.correct_counts, r.samples_per_problem, k, kind) for r in rows.itertuples()], 0
+        per_n[n] = np.array(
+            [per_problem(r.correct_counts, r.samples_per_problem, k, kind) for r in rows.itertuples()]
         )
     from scipy import stats
 
-    diff = per_n[n_b] - per_n[n_a]
+    diff = per_n[n_b].mean(0) - per_n[n_a].mean(0)
     nonzero = diff[diff != 0]
     p = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) >= 1 else 1.0
+    tw = two_way_difference(per_n[n_b], per_n[n_a])
     return {
         "kind": kind,
         "n_a": n_a,
@@ -299,6 +305,9 @@ def paired_by_problem(points: pd.DataFrame, n_a: int, n_b: int, *, k: int, kind:
         "a": float(per_n[n_a].mean()),
         "b": float(per_n[n_b].mean()),
         "delta": float(diff.mean()),
+        "ci_low": tw["ci_low"],
+        "ci_high": tw["ci_high"],
+        "two_way_p": tw["p"],
         "p": p,
         "b_wins": int((diff > 0).sum()),
         "a_wins": int((diff < 0).sum()),

@@ -11,7 +11,8 @@ From the learning curves (:func:`analysis.isocompute.load_curves`) only:
   run at every B_p), where n, B_p and their interaction are orthogonal; :func:`imbalance` states which
   (n, B_p) cells are missing, to print wherever a share appears;
 * :func:`at_updates` and :func:`matched_updates`: best@k / worst@k of two n at the same number of
-  updates M (their largest common curve point), beside the matched-C comparison;
+  updates M (their largest common curve point), beside the matched-C comparison, with the learning
+  rate each side summed over those updates (:func:`cumulative_lr`);
 * :func:`raw_best`: the best arm by its raw mean reward at matched C (no fitted envelope);
 * :func:`versus_base`: whether an arm sharpens (worst@k) or widens coverage (best@k) at all: its
   runs at matched C against the same runs' base point (rollouts 0) on the same validation problems.
@@ -25,9 +26,11 @@ Run as a module, it writes every number of one or more grids from their records 
 Per grid and subset, at the largest compute every run reached: the fixed-batch comparisons (the larger
 B_p against the larger n at one B = B_p · n: same M, same learning rate; wins and an exact sign test
 over matched (subset, B, seed) pairs), the variance shares of n, B_p and M over all runs and on the
-balanced part of the design, the raw best arm, and best@k / worst@k at matched M beside matched C
-(Wilcoxon over validation problems). With ``--control`` (a grid of the same arms with a random
-reward), each arm's change in best@k and worst@k against its random-reward twin (Welch over seeds).
+balanced part of the design, the raw best arm, and best@k / worst@k at matched M beside matched C.
+Comparisons over validation problems are two-way (issue 40: the runs as seeds crossed with the
+problems, :func:`analysis.twoway.two_way_difference`; unit: seeds × problems), with the Wilcoxon test
+over problems beside. With ``--control`` (a grid of the same arms with a random reward), each arm's
+best@k and worst@k against its random-reward twin (two-way; Welch over the seeds' changes beside).
 Writes ``README.md`` and ``summary.json`` under ``--out`` and prints the README.
 """
 
@@ -46,6 +49,7 @@ from scipy import stats
 from analysis import isocompute as iso
 from analysis.isocompute_report import reward_metric
 from analysis.stats import adjust_pvalues
+from analysis.twoway import two_way_difference
 
 PAIR_COLUMNS = [
     "subset",
@@ -178,15 +182,48 @@ def common_updates(curves: pd.DataFrame, n_a: int, n_b: int, b_p: int) -> float:
     return float(max(both)) if both else math.nan
 
 
-def matched_updates(curves: pd.DataFrame, n_a: int, n_b: int, b_p: int, *, k: int) -> list[dict]:
-    """best@k and worst@k of n_b against n_a (one B_p) at their largest common M (Wilcoxon over
-    validation problems, :func:`analysis.isocompute.paired_by_problem`), each row with its ``M`` and
-    the compute ``C_a``/``C_b`` each side spent to get there."""
+def cumulative_lr(lr: float, m: float, total: float, train: dict) -> float:
+    """The learning rate summed over a run's first ``m`` of ``total`` updates: ``lr`` times the
+    schedule's multipliers, from ``train`` (a record's ``config.train``: a linear warm-up over
+    ``warmup_steps``, else ``warmup_ratio`` of ``total``, reaching 1 one step after it; then 1 with
+    ``schedule: constant``, else a cosine to ``min_lr_ratio``). The schedule is oxbench's
+    (``oxbench.utils.warmup_cosine``), restated here: analysis reads records only."""
+    steps = train.get("warmup_steps")
+    warmup = int(round(total * train.get("warmup_ratio", 0.0))) if steps is None else int(steps)
+    low = train.get("min_lr_ratio", 0.0)
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if train.get("schedule") == "constant":
+            return 1.0
+        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return lr * sum(f(step) for step in range(int(round(m))))
+
+
+def matched_updates(
+    curves: pd.DataFrame, n_a: int, n_b: int, b_p: int, *, k: int, train: dict | None = None
+) -> list[dict]:
+    """best@k and worst@k of n_b against n_a (one B_p) at their largest common M
+    (:func:`analysis.isocompute.paired_by_problem`: two-way, Wilcoxon beside), each row with its ``M``,
+    the compute ``C_a``/``C_b`` each side spent to get there and, given the grid's ``train`` config, the
+    learning rate each side summed over those M updates (``lr_sum_a``/``lr_sum_b``, mean over runs;
+    :func:`cumulative_lr`): at one M a larger n has a larger step (√B rule) and is further through its
+    warm-up, the shorter run."""
     m = common_updates(curves, n_a, n_b, b_p)
     if math.isnan(m):
         return []
     pts = at_updates(curves[(curves["B_p"] == b_p) & curves["n"].isin([n_a, n_b])], m)
     c = {n: float(pts.loc[pts["n"] == n, "rollouts"].mean()) for n in (n_a, n_b)}
+    extra = {}
+    if train is not None and {"lr", "rollouts_max"} <= set(pts.columns):
+        for n, side in ((n_a, "a"), (n_b, "b")):
+            rs = pts[pts["n"] == n]
+            total = rs["rollouts_max"] / (rs["B_p"] * rs["n"])
+            sums = [cumulative_lr(lr, m, t, train) for lr, t in zip(rs["lr"], total)]
+            extra[f"lr_sum_{side}"] = float(np.mean(sums))
     return [
         {
             **iso.paired_by_problem(pts, n_a, n_b, k=k, kind=kind),
@@ -194,6 +231,7 @@ def matched_updates(curves: pd.DataFrame, n_a: int, n_b: int, b_p: int, *, k: in
             "M": m,
             "C_a": c[n_a],
             "C_b": c[n_b],
+            **extra,
         }
         for kind in ("best", "worst")
     ]
@@ -201,7 +239,7 @@ def matched_updates(curves: pd.DataFrame, n_a: int, n_b: int, b_p: int, *, k: in
 
 def fixed_batch_problems(points: pd.DataFrame, *, k: int) -> list[dict]:
     """best@k and worst@k at one batch B (same M, same C): the larger B_p's runs against the larger n's,
-    per (subset, B), Wilcoxon over validation problems (:func:`analysis.isocompute.paired_by_problem`,
+    per (subset, B), two-way with Wilcoxon beside (:func:`analysis.isocompute.paired_by_problem`,
     with ``n_a`` the larger n and ``n_b`` the larger B_p's n)."""
     rows = []
     for (subset, b), g in with_updates(points).groupby(["subset", "B"]):
@@ -255,27 +293,21 @@ def share_note(points: pd.DataFrame, metric: str) -> str:
 
 def versus_base(curves: pd.DataFrame, c: float, *, k: int) -> list[dict]:
     """Per (subset, n, B_p) and kind (best, worst): the arm at compute ``c`` against its base point
-    (rollouts 0, the same weights in every run, sampled with each run's seed), each averaged per
-    validation problem over the arm's seeds; the mean difference and a Wilcoxon signed-rank test over
-    problems (unit: validation problems)."""
+    (rollouts 0, the same weights in every run, sampled with each run's seed) on the same validation
+    problems: the mean difference; the two-way test with the runs as seeds crossed with the problems
+    (``ci_low``, ``ci_high``, ``two_way_p``; unit: seeds × problems; the base points taken as another
+    arm's seeds, which ignores their pairing with the arm's runs); beside it a Wilcoxon signed-rank
+    test over problems of the per-problem means over seeds (``p``; unit: validation problems)."""
     rows = []
     end, start = iso.at_compute(curves, c), curves[curves["rollouts"] == 0]
     for (subset, n, b_p), g in end.groupby(["subset", "n", "B_p"]):
         base = start[start["run_id"].isin(g["run_id"])]
         for kind in ("best", "worst"):
-            per = [
-                np.mean(
-                    [
-                        iso.per_problem(r.correct_counts, r.samples_per_problem, k, kind)
-                        for r in pts.itertuples()
-                    ],
-                    0,
-                )
-                for pts in (base, g)
-            ]
-            diff = per[1] - per[0]
+            per = [_per_problem(pts, k, kind) for pts in (base, g)]
+            diff = per[1].mean(0) - per[0].mean(0)
             nonzero = diff[diff != 0]
             p = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
+            tw = two_way_difference(per[1], per[0])
             rows.append(
                 {
                     "subset": subset,
@@ -286,12 +318,22 @@ def versus_base(curves: pd.DataFrame, c: float, *, k: int) -> list[dict]:
                     "base": float(per[0].mean()),
                     "arm": float(per[1].mean()),
                     "delta": float(diff.mean()),
+                    "ci_low": tw["ci_low"],
+                    "ci_high": tw["ci_high"],
+                    "two_way_p": tw["p"],
                     "p": p,
                     "up": int((diff > 0).sum()),
                     "down": int((diff < 0).sum()),
                 }
             )
     return rows
+
+
+def _per_problem(points: pd.DataFrame, k: int, kind: str) -> np.ndarray:
+    """(runs, validation problems) best@k or worst@k of each run's point in ``points``."""
+    return np.array(
+        [iso.per_problem(r.correct_counts, r.samples_per_problem, k, kind) for r in points.itertuples()]
+    )
 
 
 # the claims the random-reward control decides: sharpening is worst@k up on easy problems, coverage is
@@ -317,15 +359,20 @@ def _run_deltas(curves: pd.DataFrame, c: float, k: int) -> pd.DataFrame:
 
 def versus_control(curves: pd.DataFrame, control: pd.DataFrame, c: float, *, k: int) -> list[dict]:
     """Each arm's change in best@k and worst@k from its base point to compute ``c`` against the same arm
-    (subset, n, B_p) with a random reward (``control``, same seeds): Welch's t over seeds (unit: seeds).
-    ``holm`` adjusts the claim tests (:data:`CLAIMS`: worst@k on easy, best@k on hard) over the arms
-    both grids ran; the other kind is reported unadjusted, as a description."""
+    (subset, n, B_p) with a random reward (``control``, same seeds, same base weights). The decision:
+    the two-way test of the arm's points at ``c`` against the control's, seeds crossed with validation
+    problems (``two_way_difference``, ``ci_low``, ``ci_high``, ``two_way_p``; unit: seeds × problems);
+    beside it Welch's t over the seeds' changes from their base points (``p``; unit: seeds). ``holm``
+    and ``two_way_holm`` adjust the claim tests (:data:`CLAIMS`: worst@k on easy, best@k on hard) over
+    the arms both grids ran; the other kind is reported unadjusted, as a description."""
     real, ctrl = _run_deltas(curves, c, k), _run_deltas(control, c, k)
+    end_real, end_ctrl = iso.at_compute(curves, c), iso.at_compute(control, c)
     rows = []
     for (subset, n, b_p), g in real.groupby(["subset", "n", "B_p"]):
         h = ctrl[(ctrl["subset"] == subset) & (ctrl["n"] == n) & (ctrl["B_p"] == b_p)]
         if h.empty:
             continue
+        cell = [e[(e["subset"] == subset) & (e["n"] == n) & (e["B_p"] == b_p)] for e in (end_real, end_ctrl)]
         for kind in ("best", "worst"):
             a, b = g[kind].to_numpy(), h[kind].to_numpy()
             p = (
@@ -333,6 +380,7 @@ def versus_control(curves: pd.DataFrame, control: pd.DataFrame, c: float, *, k: 
                 if len(a) > 1 and len(b) > 1
                 else math.nan
             )
+            tw = two_way_difference(*(_per_problem(x, k, kind) for x in cell))
             rows.append(
                 {
                     "subset": subset,
@@ -345,12 +393,17 @@ def versus_control(curves: pd.DataFrame, control: pd.DataFrame, c: float, *, k: 
                     "control_delta": float(b.mean()),
                     "difference": float(a.mean() - b.mean()),
                     "p": p,
+                    "two_way_difference": tw["delta"],
+                    "ci_low": tw["ci_low"],
+                    "ci_high": tw["ci_high"],
+                    "two_way_p": tw["p"],
                     "claim": CLAIMS.get(subset) == kind,
                 }
             )
     claims = [r for r in rows if r["claim"]]
-    for r, adj in zip(claims, adjust_pvalues([r["p"] for r in claims], "holm")):
-        r["holm"] = float(adj)
+    for key, out in (("p", "holm"), ("two_way_p", "two_way_holm")):
+        for r, adj in zip(claims, adjust_pvalues([r[key] for r in claims], "holm")):
+            r[out] = float(adj)
     return rows
 
 
@@ -413,8 +466,9 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
         cur = curves[curves["subset"] == subset]
         ns = sorted(sub["n"].unique())
         matched_c = [iso.paired_by_problem(sub, ns[0], ns[-1], k=k, kind=kind) for kind in ("best", "worst")]
-        matched_m = [r for a, b in zip(ns, ns[1:]) for r in matched_updates(cur, a, b, 4, k=k)]
-        matched_m += matched_updates(cur, ns[0], ns[-1], 4, k=k)
+        train = cfg["train"]
+        matched_m = [r for a, b in zip(ns, ns[1:]) for r in matched_updates(cur, a, b, 4, k=k, train=train)]
+        matched_m += matched_updates(cur, ns[0], ns[-1], 4, k=k, train=train)
         by_subset = sign_test(pairs[pairs["subset"] == subset]) if len(pairs) else None
         seeded = sub["n"].nunique() > 1 and sub.groupby("n").size().min() > 1  # shares need replicates
         out["subsets"][subset] = {
@@ -427,18 +481,30 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
 
 
 def _pairs_md(rows: list[dict], k: int, a_label: str = "n_a", b_label: str = "n_b") -> list[str]:
+    lr = any("lr_sum_b" in r for r in rows)
     lines = [
-        f"| subset | kind | {a_label} → {b_label} | M | C | a | b | Δ (b − a) | Wilcoxon p | wins b/a |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| subset | kind | {a_label} → {b_label} | M | C | a | b | Δ (b − a) [95% CI] | p (seeds × problems) | "
+        "Wilcoxon p (problems) | wins b/a |" + (" Σ lr over the M updates, b / a |" if lr else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if lr else ""),
     ]
     for r in rows:
         m = f"{r['M']:.0f}" if "M" in r else f"{r.get('B_M', '')}"
         c = f"{r['C_a']:,.0f} / {r['C_b']:,.0f}" if "C_a" in r else "same"
+        sums = (
+            f" {r['lr_sum_b']:.3g} / {r['lr_sum_a']:.3g} ({r['lr_sum_b'] / r['lr_sum_a']:.1f}×) |"
+            if lr
+            else ""
+        )
         lines.append(
             f"| {r.get('subset', '')} | {r['kind']}@{k} | {r['n_a']} → {r['n_b']} | {m} | {c} | {r['a']:.3f} | "
-            f"{r['b']:.3f} | {r['delta']:+.3f} | {r['p']:.2g} | {r['b_wins']}/{r['a_wins']} |"
+            f"{r['b']:.3f} | {r['delta']:+.3f} {_ci(r)} | {r['two_way_p']:.2g} | {r['p']:.2g} | "
+            f"{r['b_wins']}/{r['a_wins']} |{sums}"
         )
     return lines
+
+
+def _ci(r: dict) -> str:
+    return f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
 
 
 def _versus_base_md(rows: list[dict], k: int, c: float) -> list[str]:
@@ -447,14 +513,14 @@ def _versus_base_md(rows: list[dict], k: int, c: float) -> list[str]:
         return []
     lines = [
         f"**Against the base** (each arm at C = {c:,.0f} against its runs' base point on the same "
-        "validation problems; unit: validation problems, Wilcoxon):",
+        "validation problems; unit: seeds × problems, two-way; the Wilcoxon test over problems beside):",
         "",
-        "| subset | n | B_p | kind | seeds | base | arm | Δ | p | up/down |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| subset | n | B_p | kind | seeds | base | arm | Δ [95% CI] | p (seeds × problems) | Wilcoxon p | up/down |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {r['seeds']} | {r['base']:.3f} | "
-        f"{r['arm']:.3f} | {r['delta']:+.3f} | {r['p']:.2g} | {r['up']}/{r['down']} |"
+        f"{r['arm']:.3f} | {r['delta']:+.3f} {_ci(r)} | {r['two_way_p']:.2g} | {r['p']:.2g} | {r['up']}/{r['down']} |"
         for r in rows
     ]
     return lines + [""]
@@ -466,17 +532,21 @@ def _versus_control_md(s: dict) -> list[str]:
     if not rows:
         return []
     lines = [
-        f"**Against the random-reward control** (`{s['control']}`: each arm's change from its base point "
-        f"to C = {s['C']:,.0f} against the same arm's with a coin-flip reward; unit: seeds, Welch; Holm over "
-        f"the claim tests, worst@{k} on easy (sharpening) and best@{k} on hard (coverage)):",
+        f"**Against the random-reward control** (`{s['control']}`: each arm at C = {s['C']:,.0f} against the "
+        f"same arm with a coin-flip reward, from the same base weights; unit: seeds × problems, two-way; Holm "
+        f"over the claim tests, worst@{k} on easy (sharpening) and best@{k} on hard (coverage); beside it "
+        "Welch over the seeds' changes from their base points, unit: seeds):",
         "",
-        "| subset | n | B_p | kind | claim | seeds (control) | Δ arm | Δ control | difference | p | p (Holm) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| subset | n | B_p | kind | claim | seeds (control) | Δ arm | Δ control | difference at C [95% CI] | "
+        "p (seeds × problems) | p (Holm) | Welch p (seeds) | Welch p (Holm) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {'yes' if r['claim'] else ''} | "
         f"{r['seeds']} ({r['control_seeds']}) | {r['delta']:+.3f} | {r['control_delta']:+.3f} | "
-        f"{r['difference']:+.3f} | {r['p']:.2g} | {format(r['holm'], '.2g') if r['claim'] else ''} |"
+        f"{r['two_way_difference']:+.3f} {_ci(r)} | {r['two_way_p']:.2g} | "
+        f"{format(r['two_way_holm'], '.2g') if r['claim'] else ''} | {r['p']:.2g} | "
+        f"{format(r['holm'], '.2g') if r['claim'] else ''} |"
         for r in rows
     ]
     return lines + [""]
@@ -503,7 +573,7 @@ def _fixed_batch_md(s: dict) -> list[str]:
     lines += [
         "",
         f"best@{k} / worst@{k} at a fixed batch (same M, same C; n_a = the larger n, n_b = the larger "
-        "B_p's n; unit: validation problems):",
+        "B_p's n; unit: seeds × problems, the Wilcoxon test over validation problems beside):",
         "",
     ]
     return lines + _pairs_md(s["fixed_batch_problems"], k) + [""]
@@ -522,7 +592,11 @@ def _subset_md(subset: str, r: dict, k: int) -> list[str]:
             "",
         ]
     lines += [f"best@{k} / worst@{k}, matched C (M differs):", ""] + _pairs_md(r["matched_C"], k) + [""]
-    lines += [f"best@{k} / worst@{k}, matched M (B_p = 4; the larger n spent more compute):", ""]
+    lines += [
+        f"best@{k} / worst@{k}, matched M (B_p = 4; the larger n spent more compute and, at one M, a larger "
+        "summed learning rate):",
+        "",
+    ]
     return lines + _pairs_md(r["matched_M"], k) + [""]
 
 

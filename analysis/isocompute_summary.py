@@ -5,7 +5,8 @@
 Per subset: the validation reward avg@k at a few budgets for every (n, B_p) (mean over seeds), n*(C) on
 the envelope of the per-n sigmoid fits, the fit of log2 n* with its seed-bootstrap intervals, the
 variance shares of n and B_p at matched compute, and best@k / worst@k of the smallest vs the largest n
-(Wilcoxon over validation problems).
+(two-way: the runs of each n as seeds crossed with the validation problems, issue 40; the Wilcoxon
+test over problems beside).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def main() -> None:
             print("fixed batch, larger B_p vs larger n (unit: matched (B, seed) pairs):", ic.sign_test(pairs))
         for p in r.get("paired") or []:
             print(
-                f"{p['kind']}@{k} n={p['n_a']} {p['a']:.3f} vs n={p['n_b']} {p['b']:.3f}: delta {p['delta']:+.3f}, "
-                f"Wilcoxon p {p['p']:.2g}, wins {p['b_wins']}/{p['a_wins']} of {p['problems']}"
+                f"{p['kind']}@{k} n={p['n_a']} {p['a']:.3f} vs n={p['n_b']} {p['b']:.3f}: delta {p['delta']:+.3f} "
+                f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}], p {p['two_way_p']:.2g} (unit: seeds × problems); "
+                f"Wilcoxon p {p['p']:.2g} (unit: problems), wins {p['b_wins']}/{p['a_wins']} of {p['problems']}"
             )
 
 
