@@ -30,7 +30,9 @@ def plan_seeds(
     looks: str = typer.Option("3,5,8,12", "--looks", help="Sequential looks: seeds per arm at each."),
     spending: str = typer.Option("obrien-fleming", "--spending", help="obrien-fleming | pocock | bonferroni"),
     sd_quantile: float = typer.Option(
-        0.7, "--sd-quantile", help="Plan on this upper confidence limit of each pilot σ (0: the pilot's own σ)."
+        0.7,
+        "--sd-quantile",
+        help="Plan on this upper confidence limit of each pilot σ (0: the pilot's own σ).",
     ),
 ):
     """How many seeds: from pilot variances, the seeds per arm to detect --delta at the corrected α with
