@@ -91,5 +91,21 @@ def _table(settings, times, metrics, model, cfg, n_rows: int) -> list[dict]:
     return out
 
 
+def markdown(rows: list[dict]) -> str:
+    """docs/measurements.md's table, from the committed json (tests/test_number_drift.py checks the page)."""
+    k = next(key for key in rows[0] if key.startswith("avg_at_"))
+    lines = [
+        f"| stream | backend | `eval.batch_size` | seconds | problems whose correct count differs from the "
+        f"stream's first setting | avg@{k.split('_')[-1]} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['stream']} | {r['backend']} | {r['batch_size']} | {r['seconds']:.2f} | "
+            f"{r['counts_differing']} of {r['problems']} | {r[k]:.4f} |"
+        )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     main()

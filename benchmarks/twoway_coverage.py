@@ -199,6 +199,37 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+MD_HEAD = (
+    "| seeds | problems | variance | accuracy | mean: coverage | mean: width | difference: coverage | "
+    "difference: type I | difference: width | problem share (mean / diff) |\n"
+    "|---:|---:|---|---:|---|---|---|---|---|---|"
+)
+
+
+def markdown(rows: list[dict], seeds: tuple[int, ...]) -> str:
+    """docs/twoway.md's table of the designs with these seed counts (binary outcomes), from the rows
+    of the committed json: each cell two-way / seed-only (tests/test_number_drift.py checks the page)."""
+    key = {(json.dumps(r["design"]), r["method"], r["target"], r["delta_logit"]): r for r in rows}
+    lines = [MD_HEAD]
+    for d in dict.fromkeys(json.dumps(r["design"]) for r in rows):
+        g = json.loads(d)
+        if g["seeds"] not in seeds or g["k"] != 1:
+            continue
+        mean = key[(d, "two_way", "mean", 0.0)]
+        cells = [
+            _pair(key, d, "mean", 0.0, "coverage"),
+            _pair(key, d, "mean", 0.0, "mean_width"),
+            _pair(key, d, "difference", ALT_DELTA, "coverage"),
+            _pair(key, d, "difference", 0.0, "type_i_error"),
+            _pair(key, d, "difference", ALT_DELTA, "mean_width"),
+            f"{mean['unseen_share_mean']:.2f} / {mean['unseen_share_diff']:.2f}",
+        ]
+        lines.append(
+            f"| {g['seeds']} | {g['problems']} | {g['mix']} | {g['accuracy']} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=1000)
