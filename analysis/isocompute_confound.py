@@ -497,14 +497,21 @@ def _pairs_md(rows: list[dict], k: int, a_label: str = "n_a", b_label: str = "n_
         )
         lines.append(
             f"| {r.get('subset', '')} | {r['kind']}@{k} | {r['n_a']} → {r['n_b']} | {m} | {c} | {r['a']:.3f} | "
-            f"{r['b']:.3f} | {r['delta']:+.3f} {_ci(r)} | {r['two_way_p']:.2g} | {r['p']:.2g} | "
+            f"{r['b']:.3f} | {r['delta']:+.3f} {_ci(r)} | {_p(r['two_way_p'])} | {r['p']:.2g} | "
             f"{r['b_wins']}/{r['a_wins']} |{sums}"
         )
     return lines
 
 
 def _ci(r: dict) -> str:
+    """The two-way interval, or why there is none (one run on a side: no seed variance to estimate)."""
+    if math.isnan(r["ci_low"]):
+        return "(one run a side: no two-way test)"
     return f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+
+
+def _p(p: float) -> str:
+    return "–" if math.isnan(p) else f"{p:.2g}"
 
 
 def _versus_base_md(rows: list[dict], k: int, c: float) -> list[str]:
@@ -520,7 +527,7 @@ def _versus_base_md(rows: list[dict], k: int, c: float) -> list[str]:
     ]
     lines += [
         f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {r['seeds']} | {r['base']:.3f} | "
-        f"{r['arm']:.3f} | {r['delta']:+.3f} {_ci(r)} | {r['two_way_p']:.2g} | {r['p']:.2g} | {r['up']}/{r['down']} |"
+        f"{r['arm']:.3f} | {r['delta']:+.3f} {_ci(r)} | {_p(r['two_way_p'])} | {r['p']:.2g} | {r['up']}/{r['down']} |"
         for r in rows
     ]
     return lines + [""]
@@ -544,7 +551,7 @@ def _versus_control_md(s: dict) -> list[str]:
     lines += [
         f"| {r['subset']} | {r['n']} | {r['B_p']} | {r['kind']}@{k} | {'yes' if r['claim'] else ''} | "
         f"{r['seeds']} ({r['control_seeds']}) | {r['delta']:+.3f} | {r['control_delta']:+.3f} | "
-        f"{r['two_way_difference']:+.3f} {_ci(r)} | {r['two_way_p']:.2g} | "
+        f"{r['two_way_difference']:+.3f} {_ci(r)} | {_p(r['two_way_p'])} | "
         f"{format(r['two_way_holm'], '.2g') if r['claim'] else ''} | {r['p']:.2g} | "
         f"{format(r['holm'], '.2g') if r['claim'] else ''} |"
         for r in rows

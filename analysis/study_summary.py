@@ -69,7 +69,9 @@ def main() -> None:
     print(
         f"\nvs {args.baseline}, Bonferroni within each scale; unit: {BOTH} where the runs have per-problem "
         f"outcomes (the `unit` column), seed-only Welch beside ({UNITS['welch']})\n",
-        w[cols].round(4).to_string(),
+        w[cols]
+        .round(4)
+        .to_string(formatters={c: "{:.2g}".format for c in ("p", "p_adj", "seed_p", "seed_p_adj")}),
     )
     print(
         f"\nleverage (identical arms once; unit: {UNITS['leverage']})\n",
