@@ -58,6 +58,10 @@ STUDY = (
     "staleness_seeds_mid",
     "staleness_seeds_tis",
     "staleness_seeds_bracket",
+    # the curve read whole (issue 40, item 3; pre-registered in docs/staleness_model.md): the coupled
+    # clip at η = 4.2e-4 for every S, and seeds 0-1 at 2.4e-4 for S = 1, 2, 4; the study's settings
+    "staleness_whole",
+    "staleness_whole_seeds",
 )
 
 
