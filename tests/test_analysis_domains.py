@@ -86,7 +86,7 @@ def test_the_report_shows_the_family_spread_and_saves_its_figure(tmp_path):
     assert table["head"][:4] == ["Scale", "Family", "Methods", "Spread (pp)"]
     general = next(r for r in table["rows"] if r[1][0] == "general")
     assert general[3][0] == "20.00" and general[9][0] == "35.0" and general[10][0] == "25.0"
-    board = next(t for t in page.tables.values() if "general (%)" in t["head"])
+    board = next(t for t in page.tables.values() if "general (%) [95% CI]" in t["head"])
     col = column(board, "general (%)")
     assert row_of(board, "base model")[col][0] == "35.0" and row_of(board, "chance")[col][0] == "25.0"
     assert row_of(board, "simpo")[col][0].startswith("51.0 ")  # 100 x mean(0.50, 0.51, 0.52)

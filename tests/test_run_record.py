@@ -48,12 +48,17 @@ def finished(cfg: RunConfig, accuracy: float, scale_params: int = 1_000_000) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-OLD_PATHS = {"online": {"backend": "hf", "share_prompt": False}, "eval": {"backend": "hf", "batch_size": 128}}
+OLD_PATHS = {
+    "online": {"backend": "hf", "share_prompt": False},
+    "eval": {"backend": "hf", "batch_size": 128, "sample_stream": "call"},
+    "seed_scope": "order",
+}
 
 
 def test_default_run_id_is_unchanged_by_arm_keys():
     """DEFAULT_RUN_ID is the default config's run_id from before the fast paths (and evaluation batched
-    by memory) became the defaults: pinning their old values gives it back (and arm_keys never enter it)."""
+    by memory, each problem's own sampling stream, a seed that redraws everything) became the defaults:
+    pinning their old values gives it back (and arm_keys never enter it)."""
     assert RunConfig(**OLD_PATHS).run_id() == DEFAULT_RUN_ID != RunConfig().run_id()
     assert RunConfig(arm_keys=["train.lr", "online.n"], **OLD_PATHS).run_id() == DEFAULT_RUN_ID
     assert RunConfig(arm_keys=["train.lr"]).identity() == RunConfig().identity()
@@ -232,7 +237,7 @@ def test_report_baseline_option(tmp_path):
     assert result.exit_code == 0, result.output
     board = Page((tmp_path / "report.html").read_text()).tables["leaderboard-0"]
     assert row_of(board, "kto")[column(board, "Sig.")][0] == "baseline"
-    assert row_of(board, "dpo")[column(board, "Δ vs baseline")][0] == "-10.0"
+    assert row_of(board, "dpo")[column(board, "Δ vs baseline")][0].startswith("-10.0 [")
     result = CliRunner().invoke(app, ["report", str(tmp_path)])  # dpo, as before
     assert result.exit_code == 0, result.output
     board = Page((tmp_path / "report.html").read_text()).tables["leaderboard-0"]
