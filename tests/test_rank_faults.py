@@ -199,7 +199,9 @@ def test_a_rank_killed_inside_a_checkpoint_write_never_leaves_a_finished_cell(tm
     _, err = proc.communicate(timeout=600)
     rec = next(json.loads(p.read_text()) for p in out.rglob("run.json"))
     assert rec["status"] in ("failed", "preempted") and rec["error"], (rec["status"], err[-3000:])
-    assert rec["timing"]["total_s"] < 300 and time.time() - killed < TIMEOUT_S + 30 + 20
+    # when torchrun stops rank 0 before it records the failure, the grid records it (executors.failed_record,
+    # no timing: the cell never got to write one); the wall clock since the kill is what must be bounded
+    assert (rec.get("timing") or {}).get("total_s", 0) < 300 and time.time() - killed < TIMEOUT_S + 30 + 20
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     rec = next(json.loads(p.read_text()) for p in out.rglob("run.json"))
     assert rec["status"] == "finished", (rec.get("error"), rerun.stderr[-3000:])
