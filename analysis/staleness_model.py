@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.crossed import outcome_matrix
 from analysis.runs import _records, load_problem_outcomes, read_metrics
 from analysis.stats import adjust_pvalues
 
@@ -56,7 +57,15 @@ def load(root: str | Path, *, plain_loss: bool = False) -> tuple[pd.DataFrame, n
     problems every run has; runs at an η where S = 0 has fewer than two seeds are left out.
     ``plain_loss``: also leave out runs with a loss setting beyond the correction's (the post-hoc
     sensitivity analysis: the pre-registered rule let ``regularisers_collapse``'s S = 0 arms in)."""
-    recs = [r for r in _records(root) if _in_study(r) and (_plain_loss(r) or not plain_loss)]
+    return select(list(_records(root)), load_problem_outcomes(root), plain_loss=plain_loss)
+
+
+def select(
+    records: list[dict], outcomes: pd.DataFrame, *, plain_loss: bool = False
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """:func:`load` on records and outcomes already read (the primary and the sensitivity analysis read
+    them once)."""
+    recs = [r for r in records if _in_study(r) and (_plain_loss(r) or not plain_loss)]
     runs = pd.DataFrame(
         [
             {
@@ -71,11 +80,10 @@ def load(root: str | Path, *, plain_loss: bool = False) -> tuple[pd.DataFrame, n
     ).drop_duplicates("run_id")
     reference = runs[runs["S"] == 0].groupby("lr")["seed"].nunique()
     runs = runs[runs["lr"].isin(reference[reference >= 2].index)].reset_index(drop=True)
-    out = load_problem_outcomes(root)
-    out = out[(out["split"] == "test") & out["run_id"].isin(runs["run_id"])]
-    table = out.pivot_table(index="run_id", columns="id", values="correct_flexible", aggfunc="first")
-    table = table.loc[runs["run_id"]].dropna(axis=1).astype(float)
-    return runs, table.to_numpy()
+    table = outcome_matrix(runs, outcomes, "accuracy_flexible")
+    if table is None:
+        raise ValueError("a run of the study has no per-problem flexible outcomes (eval.jsonl)")
+    return runs, table.loc[runs["run_id"]].to_numpy()
 
 
 def _design(runs: pd.DataFrame) -> np.ndarray:
@@ -150,10 +158,11 @@ def main() -> None:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--out", default="results/staleness_model")
     args = ap.parse_args()
-    runs, y = load(args.root)
+    records, outcomes = list(_records(args.root)), load_problem_outcomes(args.root)
+    runs, y = select(records, outcomes)
     counts = runs.pivot_table(index="S", columns="lr", values="seed", aggfunc="count", fill_value=0)
     table, mech = verdicts(runs, y, args.boot), mechanism(runs)
-    plain_runs, plain_y = load(args.root, plain_loss=True)
+    plain_runs, plain_y = select(records, outcomes, plain_loss=True)
     plain = verdicts(plain_runs, plain_y, args.boot)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
