@@ -499,8 +499,12 @@ class OnlineConfig(Strict):
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
     n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
     # the grader that scores rollouts; random: a coin flip per completion text, whatever it says (a
-    # control for collapse caused by reward noise alone)
-    reward_grader: Literal["strict", "flexible", "random"] = added("strict")
+    # control for collapse caused by reward noise alone); shuffled-<grader>: that grader's rewards
+    # permuted within each prompt's group, so every group keeps its real reward mean and spread (the
+    # advantages, and the step, are as large as the real reward's) and none says which completion is right
+    reward_grader: Literal["strict", "flexible", "random", "shuffled-strict", "shuffled-flexible"] = added(
+        "strict"
+    )
     # the vllm backend on GPUs (oxbench.engine.vllm_client.resolve_placement): colocate (the server shares
     # its training rank's GPU, taking vllm_memory of it), separate (a GPU of its own: vllm_devices, by local
     # rank, else the first GPU after the training ranks'; the asynchronous study's setting) or auto
@@ -598,6 +602,7 @@ class EvalConfig(Strict):
         "batch_size": COUNT,
         "every": COUNT,
         "n_val": COUNT,
+        "val_pool": COUNT,
     }
 
     n_test: int | None = 500  # None: the whole test split
@@ -618,6 +623,9 @@ class EvalConfig(Strict):
     # (disjoint from the RL prompts and the test split): greedy strict/verified, avg/best/worst@k
     every: int | None = added(None)
     n_val: int = added(100)
+    # with data.subset: validation candidates measured per validation problem kept; the bin keeps at most
+    # n_val of them, fewer when the bin is rare (a bin holding 3% of problems needs about 33 for n_val)
+    val_pool: int = added(10)
     # the grader of the sampled metrics (avg/best/worst@k, correct_counts): strict wants the graded
     # answer line; flexible takes the last number, so a study that rewards flexibly (online.reward_grader)
     # can measure sharpening and coverage of the answer rather than of the format

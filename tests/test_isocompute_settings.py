@@ -314,3 +314,21 @@ def test_random_reward_is_a_fair_coin_unrelated_to_correctness():
     )  # the same text, the same reward
     assert reward_function("flexible")("The answer is 3.", "#### 3") == 1.0
     assert reward_function("strict")("The answer is 3.", "#### 3") == 0.0
+
+
+def test_shuffled_reward_keeps_each_group_s_rewards_and_drops_which_completion_earns_them():
+    """The shuffled control: a group's rewards are the grader's, permuted, so the group's mean and
+    spread (and its advantages' size) stay and the link to the completions goes."""
+    from oxbench.tasks.rewards import group_rewards, reward_function
+
+    shuffled, real = reward_function("shuffled-flexible"), reward_function("flexible")
+    agree, total = 0, 0
+    for g in range(300):
+        texts = [f"The answer is {(g + i) % 5}." for i in range(8)]
+        want = group_rewards(real, texts, "#### 2")
+        got = group_rewards(shuffled, texts, "#### 2")
+        assert sorted(got) == sorted(want) and got == group_rewards(shuffled, texts, "#### 2")
+        agree += sum(a == b for a, b, w in zip(got, want, want) if w == 1.0)
+        total += sum(want)
+    assert total > 300 and agree / total < 0.45  # a correct completion keeps its 1 about 1 time in 4 here
+    assert group_rewards(real, ["#### 2", "#### 3"], "#### 2") == [1.0, 0.0]

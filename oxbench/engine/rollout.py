@@ -24,6 +24,7 @@ import torch
 
 import oxbench.device as placement
 from oxbench.engine import model as M
+from oxbench.tasks.rewards import group_rewards
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -195,15 +196,16 @@ class RolloutWorker:
         samples = self._sample(prompts, n, temperature, max_new_tokens, seed)
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):
-            for s in group:
-                text = self.tokenizer.decode(s.completion_ids, skip_special_tokens=True)
+            texts = [self.tokenizer.decode(s.completion_ids, skip_special_tokens=True) for s in group]
+            rewards = group_rewards(reward_fn, texts, r["answer"])
+            for s, text, reward in zip(group, texts, rewards):
                 result.append(
                     Rollout(
                         r["id"],
                         r["question"],
                         r["answer"],
                         text,
-                        float(reward_fn(text, r["answer"])),
+                        reward,
                         group_offset + g,
                         self.version,
                         s.finished,
