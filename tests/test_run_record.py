@@ -242,3 +242,25 @@ def test_report_baseline_option(tmp_path):
     assert result.exit_code == 0, result.output
     board = Page((tmp_path / "report.html").read_text()).tables["leaderboard-0"]
     assert row_of(board, "dpo")[column(board, "Sig.")][0] == "baseline"
+
+
+@pytest.mark.slow
+def test_a_finished_cell_keeps_the_base_s_per_problem_outcomes_beside_its_own(tmp_path, micro_model_dir):
+    """``base_eval.jsonl``: the untrained base's outcomes on the same problems, the paired reference
+    for what training changed (here through the shuffled-reward control, end to end)."""
+    from oxbench.grid.runner import run_cell
+
+    cfg = RunConfig(
+        grid="b", method="sgrpo", model={"name": micro_model_dir}, train={"batch_size": 2, "lr": 1e-3},
+        online={"n": 4, "prompts_per_batch": 2, "rounds": 2, "max_new_tokens": 8, "n_prompts": 16,
+                "reward_grader": "shuffled-flexible"},
+        eval={"n_test": 6, "n_ood": 0, "k": 0, "max_new_tokens": 8},
+    )  # fmt: skip
+    rec = run_cell(cfg, tmp_path, verbose=False)
+    assert rec["status"] == "finished", rec["error"]
+    d = run_dir(tmp_path, "b", cfg.run_id())
+    mine, base = (
+        [json.loads(x) for x in (d / f).read_text().splitlines()] for f in ("eval.jsonl", "base_eval.jsonl")
+    )
+    assert [o["id"] for o in base] == [o["id"] for o in mine] and len(base) == 6
+    assert sum(o["correct"] for o in base) / 6 == pytest.approx(rec["metrics"]["base_accuracy"])

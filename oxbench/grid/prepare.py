@@ -38,16 +38,17 @@ def _base_eval_path(cfg: RunConfig, base_key: dict) -> Path:
             "task": cfg.task.hash_view(),
             "eval": cfg.eval.hash_view(),
             "seed": cfg.seeds()["eval"],
-            "v": 2,
+            "v": 3,  # 3: the per-problem outcomes beside the metrics
         }
     )
     return cache_root() / "base_eval" / f"base-{key}.json"
 
 
-def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
-    """The untrained base model's metrics on this cell's evaluation, greedy and sampled (cached by
-    base and evaluation settings): the starting point every arm of a scale shares, so each run's
-    gain over it, and the headroom left (best@k above avg@k), is visible."""
+def base_evaluation(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
+    """The untrained base model's evaluation on this cell's settings, greedy and sampled (cached by
+    base and evaluation settings): ``{"metrics": {base_<metric>: ...}, "outcomes": [per problem]}``.
+    Every arm of a scale shares it, so each run's gain over the base, the headroom left (best@k above
+    avg@k) and, problem by problem, what training changed are visible."""
     path = _base_eval_path(cfg, base_key)
     if cache_hit(path):
         return json.loads(path.read_text())
@@ -62,15 +63,18 @@ def base_metrics(cfg: RunConfig, base_path: str, base_key: dict) -> dict:
         ),
         init_seed=0,
     )
-    metrics, _ = evaluate(model, tok, cfg, seed=cfg.seeds()["eval"], label=f"base {cfg.model.name} eval")
+    metrics, outcomes = evaluate(
+        model, tok, cfg, seed=cfg.seeds()["eval"], label=f"base {cfg.model.name} eval"
+    )
     skip = ("n_test", "n_ood", "chance", "ood_chance", "sampled_problems", "samples_per_problem")
     out = {
         f"base_{k}": v
         for k, v in metrics.items()
         if k not in skip and not (k.startswith("lmeval_") and k.endswith(("_chance", "_n")))
     }
-    write_json_atomic(path, out, sealed=True)
-    return out
+    result = {"metrics": out, "outcomes": outcomes}
+    write_json_atomic(path, result, sealed=True)
+    return result
 
 
 def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
@@ -81,7 +85,7 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
     """
     plan = resolve(cfg)
     base_path, base_key = base_model_path(cfg, verbose=verbose)
-    base_metrics(cfg, base_path, base_key)
+    base_evaluation(cfg, base_path, base_key)
     made = [_base_eval_path(cfg, base_key)] + ([Path(base_path)] if Path(base_path).is_dir() else [])
     if plan.caps.self_play_data:
         model, tok = load_model(base_path, cfg, init_seed=cfg.seeds()["init"])

@@ -22,7 +22,7 @@ from oxbench.engine.memory import check_run
 from oxbench.engine.model import policy_weights
 from oxbench.engine.plan import RunPlan
 from oxbench.eval.evaluate import eval_backend, evaluate
-from oxbench.grid.prepare import base_metrics, measured_difficulty, on_main_first, prepare_data
+from oxbench.grid.prepare import base_evaluation, measured_difficulty, on_main_first, prepare_data
 from oxbench.grid.record import RunRecord, arm_label
 from oxbench.grid.runs import MetricsLog
 from oxbench.models.loading import base_model_path, count_parameters, load_model
@@ -85,7 +85,7 @@ class CellWork:
 
     def evaluate(self, engine, model, tok, res, rec: RunRecord) -> None:
         """Every rank gathers the trained weights; rank 0 loads them into a fresh copy of the base,
-        saves the model if asked, evaluates it and writes ``eval.jsonl``."""
+        saves the model if asked, evaluates it and writes ``eval.jsonl`` and the base's ``base_eval.jsonl``."""
         cfg = self.cfg
         rec.paths = {**res.paths, "eval.backend": eval_backend(cfg, model)}
         state = policy_weights(engine)
@@ -100,10 +100,11 @@ class CellWork:
             eval_model, tok, cfg, seed=cfg.seeds()["eval"], label=f"{rec.run_id}: eval"
         )
         metrics["final_loss"] = (res.history[-1] if res.history else {}).get("loss")
-        metrics.update(base_metrics(cfg, self.base_path, self.base_key))
-        rec.metrics = metrics
+        base = base_evaluation(cfg, self.base_path, self.base_key)
+        rec.metrics = metrics | base["metrics"]
         write_jsonl_atomic(self.dir / "eval.jsonl", outcomes)
-        self.tracker.log("eval", metrics, res.optimizer_steps)
+        write_jsonl_atomic(self.dir / "base_eval.jsonl", base["outcomes"])  # the paired reference
+        self.tracker.log("eval", rec.metrics, res.optimizer_steps)
 
     def close_tracker(self, rec: RunRecord) -> None:
         """Rank 0: close the tracker; its status goes in the record."""
