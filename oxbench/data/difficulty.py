@@ -32,15 +32,21 @@ class SubsetError(ValueError):
 def settings(cfg: RunConfig) -> dict:
     """What a difficulty measurement depends on, besides the base model and the task."""
     d, o = cfg.data, cfg.online
-    return {
-        "k": d.difficulty_k,
-        "grader": d.difficulty_grader,
-        "n_prompts": o.n_prompts,
-        "temperature": o.temperature,
-        "max_new_tokens": o.max_new_tokens,
-        "seed": cfg.seeds()["sampling"],
-        "n_val": cfg.eval.n_val,  # the validation candidates measured beside the prompts
-    } | ({"subset": cfg.seeds()["subset"]} if "subset" in cfg.seeds() else {})  # the pool a seed drew
+    return (
+        {
+            "k": d.difficulty_k,
+            "grader": d.difficulty_grader,
+            "n_prompts": o.n_prompts,
+            "temperature": o.temperature,
+            "max_new_tokens": o.max_new_tokens,
+            "seed": cfg.seeds()["sampling"],
+            "n_val": cfg.eval.n_val,  # the validation candidates measured beside the prompts
+        }
+        | ({"subset": cfg.seeds()["subset"]} if "subset" in cfg.seeds() else {})
+        | (  # the pool a seed drew
+            {"val_pool": cfg.eval.val_pool} if cfg.eval.val_pool != 10 else {}  # (10: before the setting)
+        )
+    )
 
 
 def difficulty_path(cfg: RunConfig, base_key: dict) -> Path:

@@ -9,8 +9,6 @@ from oxbench.config import RunConfig
 from oxbench.data import difficulty
 from oxbench.tasks import load_task_split
 
-VALIDATION_POOL = 10  # with data.subset: validation candidates per validation problem kept
-
 
 def train_rows(cfg: RunConfig, n: int | None) -> list[dict]:
     """``n`` rows of the train split (None: all of it): its first ``n`` under ``seed_scope: order``; under
@@ -36,7 +34,7 @@ def online_prompts(cfg: RunConfig) -> list[dict]:
 
 
 def _n_validation(cfg: RunConfig) -> int:
-    return cfg.eval.n_val * (VALIDATION_POOL if cfg.data.subset is not None else 1)
+    return cfg.eval.n_val * (cfg.eval.val_pool if cfg.data.subset is not None else 1)
 
 
 def validation_pool(cfg: RunConfig) -> list[dict]:
@@ -45,7 +43,7 @@ def validation_pool(cfg: RunConfig) -> list[dict]:
 
 def validation_rows(cfg: RunConfig, correct: dict | None) -> list[dict]:
     """The learning curve's problems: ``eval.n_val`` of the validation split, of the same subset as the
-    prompts when ``data.subset`` is set (picked from ``VALIDATION_POOL`` times as many candidates)."""
+    prompts when ``data.subset`` is set (picked from ``eval.val_pool`` times as many candidates)."""
     pool = validation_pool(cfg)
     if correct is not None:
         pool = difficulty.select(pool, correct, cfg.data.subset, cfg.data.difficulty_k)
