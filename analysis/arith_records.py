@@ -3,7 +3,8 @@
 ``eval.jsonl`` holds, per test problem, the greedy completion and its strict, flexible and (strict)
 verified correctness, but neither the question nor the gold working, and not the per-problem
 verified-flexible outcome behind ``accuracy_verified_flexible`` (the number right *and* every line of
-working right). The base's own per-problem outcomes are not recorded at all (only its metrics). From
+working right). Records before issue 40 hold the base's metrics only; since then each run writes the
+base's per-problem outcomes too (``base_eval.jsonl``, :func:`load_base_completions`). From
 the completions of runs that share one test set, and nothing else, this module recovers:
 
 * :func:`gold_workings`: each problem's working, where one exists in the records: the most common
@@ -40,22 +41,51 @@ NUMBER = re.compile(r"-?\d+")
 COLUMNS = ["run_id", "id", "split", "correct", "correct_flexible", "completion"]
 
 
+BASE = "base"  #: the run_id of the base's rows in a completions table (:func:`load_base_completions`)
+
+
+def _test_lines(path: Path) -> list[dict]:
+    """The test-split lines of an ``eval.jsonl`` or ``base_eval.jsonl``, as their :data:`COLUMNS`."""
+    items = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return [{c: item.get(c) for c in COLUMNS[1:]} for item in items if item.get("split") == "test"]
+
+
+def _table(rows: list[dict]) -> pd.DataFrame:
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["correct"] = table["correct"].astype(bool)
+    table["correct_flexible"] = table["correct_flexible"].fillna(False).astype(bool)
+    return table
+
+
 def load_completions(runs: pd.DataFrame) -> pd.DataFrame:
     """:data:`COLUMNS` of every test line of the ``eval.jsonl`` of each run of ``runs`` (rows of
     :func:`analysis.load_runs`, whose ``path`` is the run directory); runs without one add nothing."""
     rows = []
     for r in runs.itertuples():
         path = Path(r.path) / "eval.jsonl"
+        if path.is_file():
+            rows += [{"run_id": r.run_id, **line} for line in _test_lines(path)]
+    return _table(rows)
+
+
+def load_base_completions(runs: pd.DataFrame) -> pd.DataFrame:
+    """The base's per-problem test outcomes, as :func:`load_completions` rows of run_id :data:`BASE`:
+    the ``base_eval.jsonl`` each run has written beside its own since issue 40 (one greedy evaluation
+    of the untrained base on the run's test problems). Empty when some run has none (older records);
+    a ValueError when two runs' differ (runs of more than one base or test set)."""
+    seen = {}
+    for r in runs.itertuples():
+        path = Path(r.path) / "base_eval.jsonl"
         if not path.is_file():
-            continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            item = json.loads(line) if line.strip() else {}
-            if item.get("split") == "test":
-                rows.append({"run_id": r.run_id, **{c: item.get(c) for c in COLUMNS[1:]}})
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    table["correct"] = table["correct"].astype(bool)
-    table["correct_flexible"] = table["correct_flexible"].fillna(False).astype(bool)
-    return table
+            return _table([])
+        seen.setdefault(path.read_bytes(), path)
+    if len(seen) > 1:
+        raise ValueError(
+            f"the runs hold {len(seen)} different base evaluations; give runs of one base and test set"
+        )
+    if not seen:
+        return _table([])
+    return _table([{"run_id": BASE, **line} for line in _test_lines(next(iter(seen.values())))])
 
 
 def task_config(runs: pd.DataFrame) -> dict:

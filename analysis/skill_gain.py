@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import warnings
 from pathlib import Path
 
@@ -46,6 +47,8 @@ from analysis.units import drop_duplicate_arms, duplicate_arms, duplicate_note, 
 
 OUTCOME = {"accuracy": "correct", "accuracy_flexible": "correct_flexible"}
 TARGET = 5.0  # points (issue 27.4)
+CONTROL_GRADERS = ("random", "shuffled-")  # online.reward_grader values that make an arm a control
+MOVES_CUTOFFS = (0.7, 0.8, 0.9)  # "moves the policy as much" (recipes/oxrl_skill_fresh.yaml: 0.8)
 
 
 def finished(root: Path) -> pd.DataFrame:
@@ -56,17 +59,30 @@ def finished(root: Path) -> pd.DataFrame:
     return by_arm(runs[runs["status"] == "finished"]).sort_values("seed", ignore_index=True)
 
 
-def outcomes(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The per-problem test outcomes of ``runs`` (:func:`analysis.arith_records.load_completions`), with
+def outcomes(runs: pd.DataFrame, metric: str, base_of: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The per-problem test outcomes of ``runs`` (:func:`analysis.arith_records.load_completions`) and,
+    where ``base_of``'s runs recorded it, the base's (run_id :data:`~analysis.arith_records.BASE`), with
     ``verified_flexible`` recovered when ``metric`` needs it; exits when the recovery does not give
-    some run's recorded metric back."""
-    table = ar.load_completions(runs)
+    some run's (or the base's) recorded metric back."""
+    base = ar.load_base_completions(base_of) if base_of is not None else ar.load_completions(runs.iloc[:0])
+    table = pd.concat([ar.load_completions(runs), base], ignore_index=True)
     if metric == "accuracy_verified_flexible" and len(table):
         table = ar.with_verified_flexible(table, ar.gold_workings(table))
-        bad = ar.verified_flexible_mismatches(table, runs)
+        recorded = runs[["run_id", metric]]
+        if len(base):
+            base_value = float(base_of[f"base_{metric}"].iloc[0])
+            recorded = pd.concat([recorded, pd.DataFrame({"run_id": [ar.BASE], metric: [base_value]})])
+        bad = ar.verified_flexible_mismatches(table, recorded)
         if bad:
             raise SystemExit(f"recovered verified-flexible outcomes miss the recorded metric of {bad}")
     return table
+
+
+def base_matrix(table: pd.DataFrame, metric: str) -> pd.DataFrame | None:
+    """The base's per-problem outcomes as the (2, problems) table a deterministic reference takes in
+    :func:`analysis.twoway.two_way_difference` (no seed or residual variance); None when not recorded."""
+    y = outcome_matrix(pd.DataFrame({"run_id": [ar.BASE], "seed": [0]}), table, metric)
+    return None if y is None else pd.concat([y, y])
 
 
 def gains(runs: pd.DataFrame, metric: str) -> dict[str, list[float]]:
@@ -78,6 +94,10 @@ def gains(runs: pd.DataFrame, metric: str) -> dict[str, list[float]]:
 def reference(runs, control, table, metric: str) -> tuple[pd.DataFrame | None, str]:
     """The paired reference of every arm (module doc), a (runs, problems) table, and its name; (None,
     why) when there is none."""
+    recorded = base_matrix(table, metric)
+    if recorded is not None:
+        base = float(recorded.to_numpy().mean())
+        return recorded, f"the base ({100 * base:.1f}%; its per-problem outcomes, base_eval.jsonl)"
     base = float(runs[f"base_{metric}"].iloc[0])
     ids = sorted(table.loc[table["run_id"] == runs["run_id"].iloc[0], "id"].unique())
     fixed = fixed_base(base, len(ids))
@@ -96,7 +116,13 @@ def versus(y: pd.DataFrame, ref: pd.DataFrame, columns=None) -> dict:
     common = y.columns.intersection(ref.columns)
     common = common if columns is None else common.intersection(columns)
     d = two_way_difference(y[common].to_numpy(), ref[common].to_numpy())
-    return {"delta": 100 * d["delta"], "lo": 100 * d["ci_low"], "hi": 100 * d["ci_high"], "p": d["p"]}
+    return {
+        "delta": 100 * d["delta"],
+        "lo": 100 * d["ci_low"],
+        "hi": 100 * d["ci_high"],
+        "p": d["p"],
+        "seed_only_p": d["seed_only_p"],
+    }
 
 
 def arm_table(runs, table, metric: str, ref) -> list[dict]:
@@ -174,8 +200,10 @@ def _cell(y: pd.DataFrame, ids) -> str:
     return f"{100 * m['mean']:.1f} [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]"
 
 
-def print_by_range(arms: dict[str, pd.DataFrame], control, ops: pd.DataFrame, trained: int) -> None:
-    """Accuracy by operand range (two-way intervals) and each arm against the control per range."""
+def print_by_range(arms: dict[str, pd.DataFrame], ref: tuple, ops: pd.DataFrame, trained: int) -> None:
+    """Accuracy by operand range (two-way intervals) and each arm against ``ref`` ((name, outcomes):
+    the base where recorded, else the control) per range."""
+    ref_name, ref_y = ref
     known = ops[ops["source"].notna()]
     ranges = {
         f"≤ {trained}": known[known["max_op"] <= trained]["id"],
@@ -185,18 +213,19 @@ def print_by_range(arms: dict[str, pd.DataFrame], control, ops: pd.DataFrame, tr
         f"\nby operand range (the base pre-trained on operands ≤ {trained}; unit: {BOTH}); operands of "
         f"{int((ops['source'] == 'working').sum())} problems from their working, "
         f"{int((ops['source'] == 'copied').sum())} copied from the completions, "
-        f"{int(ops['source'].isna().sum())} unknown (left out); the base's accuracy per range is not recorded"
+        f"{int(ops['source'].isna().sum())} unknown (left out)"
+        + ("" if ref_name == "base" else "; the base's accuracy per range is not recorded")
     )
     head = " | ".join(
-        f"{k} ({len(v)} problems): accuracy [95% CI] | Δ vs control [95% CI], p" for k, v in ranges.items()
+        f"{k} ({len(v)} problems): accuracy [95% CI] | Δ vs {ref_name} [95% CI], p" for k, v in ranges.items()
     )
     print(f"| arm | {head} |\n|---|{'---|' * 2 * len(ranges)}")
     for arm, y in arms.items():
         cells = []
         for ids in ranges.values():
             cells.append(_cell(y, ids))
-            if control is not None and arm != "control":
-                d = versus(y, control, ids)
+            if ref_y is not None and arm != ref_name:
+                d = versus(y, ref_y, ids)
                 cells.append(f"{d['delta']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}], p = {d['p']:.2g}")
             else:
                 cells.append("–")
@@ -210,23 +239,43 @@ def _agreement(a: np.ndarray, b: np.ndarray | None = None) -> float:
     return float(np.mean([np.mean(x == y) for x, y in pairs]))
 
 
-def print_answer_changes(answers: dict[str, np.ndarray]) -> None:
-    """How far each arm's final answers move: between its own seeds, and against the control's runs."""
+def changed_from_base(a: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Per run (row of ``a``), the share of problems whose final answer differs from the base's."""
+    return (a != base[0]).mean(axis=1)
+
+
+def _changed_text(a: np.ndarray, base: np.ndarray | None, within: float) -> str:
+    """An arm's change from the base: exact per run where the base's answers are recorded, else the
+    lower bound from its between-seed disagreement."""
+    if base is None:
+        return f"≥ {50 * (1 - within):.1f}%"
+    per_run = changed_from_base(a, base)
+    return f"{100 * per_run.mean():.1f}% ({', '.join(f'{100 * c:.1f}' for c in per_run)})"
+
+
+def print_answer_changes(answers: dict[str, np.ndarray], base: np.ndarray | None) -> None:
+    """How far each arm's final answers move: between its own seeds, against the control's runs, and
+    from the base's (exact, run by run, where the base's answers are recorded; else a lower bound)."""
     ctrl = answers.get("control")
-    print(
-        "\nfinal answers (the last number of each greedy completion; unit: pairs of runs). The base's "
-        "answers are not recorded: half an arm's between-seed disagreement is a lower bound on the share "
-        "of answers each of its runs changed from the base (triangle inequality), and no upper bound follows"
-    )
-    print(
-        "| arm | runs | same answer between its seeds | answers changed from the base (lower bound) | same answer as the control's runs |"
-    )
+    if base is None:
+        print(
+            "\nfinal answers (the last number of each greedy completion; unit: pairs of runs). The base's "
+            "answers are not recorded: half an arm's between-seed disagreement is a lower bound on the share "
+            "of answers each of its runs changed from the base (triangle inequality), and no upper bound follows"
+        )
+    else:
+        print(
+            "\nfinal answers (the last number of each greedy completion; unit: pairs of runs, and runs for the "
+            "change from the base, whose answers are recorded: base_eval.jsonl)"
+        )
+    changed = "answers changed from the base " + ("(lower bound)" if base is None else "(mean; per run)")
+    print(f"| arm | runs | same answer between its seeds | {changed} | same answer as the control's runs |")
     print("|---|---|---|---|---|")
     for arm, a in answers.items():
         within = _agreement(a) if len(a) > 1 else np.nan
         versus_ctrl = _agreement(a, ctrl) if ctrl is not None and arm != "control" else np.nan
         print(
-            f"| {arm} | {len(a)} | {100 * within:.1f}% | ≥ {50 * (1 - within):.1f}% | "
+            f"| {arm} | {len(a)} | {100 * within:.1f}% | {_changed_text(a, base, within)} | "
             + ("–" if np.isnan(versus_ctrl) else f"{100 * versus_ctrl:.1f}%")
             + " |"
         )
@@ -272,7 +321,63 @@ def print_identical(runs: pd.DataFrame, dups: pd.DataFrame) -> None:
         )
 
 
-def main() -> None:
+def is_control(arm: str) -> bool:
+    """An arm trained on a reward that carries no signal about correctness (a control)."""
+    return any(f"reward_grader={c}" in arm for c in CONTROL_GRADERS)
+
+
+def real_twin(control: str, arms) -> str | None:
+    """The arm a control shadows: the same label with a real reward (every other setting equal)."""
+    strip = re.compile(r" ?reward_grader=\S+")
+    return next((a for a in arms if not is_control(a) and strip.sub("", a) == strip.sub("", control)), None)
+
+
+def print_versus_controls(rows: list[dict], merged: dict) -> None:
+    """Each real arm against each control arm of the grid (the same test problems): is the gain the
+    reward's? Two-way (seeds × problems), Holm over the tests; seed-only (Welch) beside."""
+    controls = [r for r in rows if is_control(r["arm"]) and r["y"] is not None]
+    real = [r for r in rows if not is_control(r["arm"]) and r["y"] is not None]
+    tests = [(a, c, versus(a["y"], c["y"])) for a in real for c in controls]
+    if not tests:
+        return
+    holm = adjust_pvalues([t[2]["p"] for t in tests], "holm")
+    print(
+        f"\neach arm against each control of the grid (unit: {BOTH}; Holm over {len(tests)}; seed-only Welch beside)"
+    )
+    print("| arm | control | Δ [95% CI] | p | p (Holm) | seed-only p |\n|---|---|---|---|---|---|")
+    for (a, c, d), h in zip(tests, holm):
+        print(
+            f"| {merged_label(a['arm'], merged)} | {merged_label(c['arm'], merged)} | {d['delta']:+.1f} "
+            f"[{d['lo']:+.1f}, {d['hi']:+.1f}] | {d['p']:.2g} | {h:.2g} | {d['seed_only_p']:.2g} |"
+        )
+
+
+def print_moves_as_much(answers: dict[str, np.ndarray], base: np.ndarray) -> None:
+    """Does each control move the policy as much as its real twin: the share of final answers each run
+    changed from the base's (unit: runs), the ratio of the means, and a one-sided Welch test of the
+    control being lower. "As much" at a cut-off c: ratio ≥ c and p ≥ 0.05 (recipes/oxrl_skill_fresh.yaml:
+    c = 0.8, with 0.7 and 0.9 beside)."""
+    pairs = [(c, real_twin(c, answers)) for c in answers if is_control(c)]
+    pairs = [(c, t) for c, t in pairs if t is not None]
+    if not pairs:
+        return
+    cuts = " | ".join(f"as much at {c:g}" for c in MOVES_CUTOFFS)
+    print(
+        "\ndoes a control move the policy as much as its real twin (answers changed from the base; unit: runs)"
+    )
+    print(f"| control | twin | control: changed | twin: changed | ratio | p (control lower) | {cuts} |")
+    print(f"|---|---|---|---|---|---|{'---|' * len(MOVES_CUTOFFS)}")
+    for c, t in pairs:
+        a, b = changed_from_base(answers[c], base), changed_from_base(answers[t], base)
+        ratio = float(a.mean() / b.mean()) if b.mean() > 0 else np.nan
+        p = float(stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue)
+        verdicts = " | ".join("yes" if ratio >= cut and p >= 0.05 else "no" for cut in MOVES_CUTOFFS)
+        print(
+            f"| {c} | {t} | {100 * a.mean():.1f}% | {100 * b.mean():.1f}% | {ratio:.2f} | {p:.2g} | {verdicts} |"
+        )
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path)
     ap.add_argument("--metric", default="accuracy_verified_flexible")
@@ -286,11 +391,15 @@ def main() -> None:
         help="grids on the same test set whose "
         "completions help recover the problems' workings and operands (analysis.arith_records)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     runs, control = finished(args.root), finished(args.control) if args.control else None
     both = pd.concat([runs, *([control] if control is not None else []), *map(finished, args.also)])
     config = ar.task_config(both)  # one test set, or a ValueError
-    table = outcomes(both, args.metric)
+    table = outcomes(both, args.metric, base_of=runs)
     dups = duplicate_arms(runs)
     once, merged = drop_duplicate_arms(runs, dups), merged_arms(dups)
     print(f"{args.root.name}: {args.metric}, change over the base in points; {len(runs)} runs")
@@ -299,23 +408,37 @@ def main() -> None:
     rows = arm_table(once, table, args.metric, ref)
     print_leaderboard(rows, ref_name, merged)
     print_pooled(rows, ref)
+    print_versus_controls(rows, merged)
     arms = {merged_label(r["arm"], merged): r["y"] for r in rows if r["y"] is not None}
     ctrl = outcome_matrix(control, table, args.metric) if control is not None else None
     if ctrl is not None:
         arms["control"] = ctrl
+    base = base_matrix(table, args.metric)
+    range_ref = ("base", base) if base is not None else ("control", ctrl)
     trained = ar.trained_max_operand(config)
     if config["task"]["name"] == "arith" and arms and trained < config["task"]["max_operand"]:
         ops = ar.problem_operands(table, ar.gold_workings(table), config["task"]["max_operand"])
-        print_by_range(arms, ctrl, ops, trained)
+        print_by_range(arms, range_ref, ops, trained)
+    print_answers(table, once, rows, merged, control)
+    if args.base_prefix and arms:
+        order = list(dict.fromkeys(table.loc[table["run_id"] == runs["run_id"].iloc[0], "id"]))
+        base_value = float(runs[f"base_{args.metric}"].iloc[0])
+        print_prefix(arms, order, base_value, finished(args.base_prefix), args.metric)
+
+
+def print_answers(table: pd.DataFrame, once: pd.DataFrame, rows: list[dict], merged: dict, control) -> None:
+    """The answer-change tables: every arm's, and whether each control moves the policy as much."""
+    if not len(table):
+        return
     groups = {merged_label(r["arm"], merged): once[once["method"] == r["arm"]] for r in rows}
     if control is not None:
         groups["control"] = control
-    if len(table):
-        print_answer_changes({a: _answers(table, g) for a, g in groups.items()})
-    if args.base_prefix and arms:
-        order = list(dict.fromkeys(table.loc[table["run_id"] == runs["run_id"].iloc[0], "id"]))
-        base = float(runs[f"base_{args.metric}"].iloc[0])
-        print_prefix(arms, order, base, finished(args.base_prefix), args.metric)
+    answers = {a: _answers(table, g) for a, g in groups.items()}
+    has_base = bool((table["run_id"] == ar.BASE).any())
+    base = _answers(table, pd.DataFrame({"run_id": [ar.BASE]})) if has_base else None
+    print_answer_changes(answers, base)
+    if base is not None:
+        print_moves_as_much(answers, base)
 
 
 if __name__ == "__main__":

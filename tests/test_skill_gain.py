@@ -214,3 +214,41 @@ def test_the_recovery_gives_back_the_committed_records(grids):
     ]
     assert (ops["source"] == "working").sum() == 235 and ops["source"].isna().sum() == 1
     assert wrong == ["arith-id-test-225"] and ops.loc[wrong[0], "source"] == "copied"
+
+
+def test_a_recorded_base_is_the_reference_and_the_grid_s_controls_are_tested_and_sized(
+    tmp_path, capsys, monkeypatch
+):
+    """Records with ``base_eval.jsonl``: the base's per-problem outcomes are the paired reference, each
+    real arm is tested against each control arm of the grid, and each control's answer changes from the
+    base are set beside its real twin's (issue 40, item 4)."""
+    import json
+
+    arms = {
+        "sgrpo reward_grader=flexible": ARMS["sgrpo"],
+        "sgrpo reward_grader=random": CONTROL,
+        "sgrpo reward_grader=shuffled-flexible": [{0, 1, 2, 3, 6, 7}, {0, 1, 2, 4, 5, 8}, {0, 1, 3, 4, 5, 9}],
+    }
+    root = grid(tmp_path, "g", arms)
+    base = "".join(json.dumps(o) + "\n" for o in outcomes(set(range(6))))  # right on 0-5: 50%, as BASE
+    for d in root.iterdir():
+        (d / "base_eval.jsonl").write_text(base)
+    from analysis import skill_gain
+
+    monkeypatch.setattr(sys, "argv", ["skill_gain", str(root)])
+    skill_gain.main()
+    out = capsys.readouterr().out
+    assert "two-way against the base (50.0%; its per-problem outcomes, base_eval.jsonl)" in out
+    assert "each arm against each control of the grid (unit: seeds × problems; Holm over 2" in out
+    moves = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| sgrpo reward_grader=shuffled-flexible | sgrpo reward_grader=flexible |")
+    ]
+    assert moves[0].endswith("| 22.2% | 38.9% | 0.57 | 0.038 | no | no | no |")  # ratio, p, three cut-offs
+    assert "(mean; per run)" in out and "lower bound" not in out
+    (next(root.iterdir()) / "base_eval.jsonl").write_text(
+        base.replace('"completion": "12', '"completion": "13')
+    )
+    with pytest.raises(ValueError, match="2 different base evaluations"):
+        skill_gain.main()
