@@ -705,6 +705,9 @@ class RunConfig(Strict):
     # oxbench.grid.spec.expand): with scale, method and LoRA they name the cell's arm. Not part of the
     # run_id or the config hash, so the same config keeps its id whichever grid it came from.
     arm_keys: list[str] = []
+    # the key=value overrides given after the grid file on the command line (oxbench.grid.overrides), as
+    # typed: recorded in run.json's config. Not part of the run_id: the settings they change are.
+    cli_overrides: list[str] = []
 
     @field_validator("grid")
     @classmethod
@@ -737,12 +740,12 @@ class RunConfig(Strict):
         return self
 
     def identity(self) -> dict:
-        """The config that identifies the run (everything but ``arm_keys``, ``checkpoint``, ``track`` and
-        ``faults``)."""
+        """The config that identifies the run (everything but ``arm_keys``, ``cli_overrides``,
+        ``checkpoint``, ``track`` and ``faults``)."""
         return {
             k: v
             for k, v in self.hash_view().items()
-            if k not in ("arm_keys", "checkpoint", "track", "faults")
+            if k not in ("arm_keys", "cli_overrides", "checkpoint", "track", "faults")
         }
 
     def arm(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _package_version
 
 import typer
 from rich.console import Console
@@ -53,12 +54,24 @@ def _load_plugins(plugins: list[str]) -> None:
         fail(str(exc))
 
 
-def _check_choice(option: str, kind: str, value: str, choices: tuple[str, ...], known: str) -> None:
-    """``value`` given to ``option`` is one of ``choices``; else one line (exit 2) naming the closest
-    choice, or ``known`` when none is close."""
-    if value not in choices:
-        close = difflib.get_close_matches(value, choices, n=1)
-        fail(
-            f"{option}: unknown {kind} {value!r}"
-            + (f"; did you mean {close[0]!r}?" if close else f" ({known})")
-        )
+def version() -> str:
+    """oxbench's version, as installed (``unknown`` where it runs from a tree never installed)."""
+    try:
+        return _package_version("oxbench")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        out_console.print(f"oxbench {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    _version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print oxbench's version and exit."
+    ),
+) -> None:
+    """The options of ``oxbench`` itself, before a command."""

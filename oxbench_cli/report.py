@@ -7,12 +7,12 @@ from pathlib import Path
 import typer
 
 from oxbench.grid.spec import (
-    REPORT_METRICS,
     GridError,
+    ReportMetric,
     ReportOptions,
     load_report_options,
 )
-from oxbench_cli.app import _check_choice, app, fail, out_console
+from oxbench_cli.app import app, fail, out_console
 from oxbench_cli.reporting import _write_report
 
 
@@ -25,12 +25,10 @@ def report(
         help="The method (or arm, e.g. 'dpo lr=1e-05') every other arm is compared with "
         "(default: the grid's report.baseline, else dpo).",
     ),
-    metric: str | None = typer.Option(
+    metric: ReportMetric | None = typer.Option(
         None,
         "--metric",
-        help="The accuracy the leaderboard ranks and tests: "
-        + ", ".join(REPORT_METRICS)
-        + " (default: the grid's report.metric, else accuracy).",
+        help="The accuracy the leaderboard ranks and tests (default: the grid's report.metric, else accuracy).",
     ),
     strict: bool = typer.Option(
         False, "--strict", help="A run.json that is not a valid record is an error (exit 2), not a warning."
@@ -41,8 +39,6 @@ def report(
         fail(f"{directory}: no such results directory")
     if (directory / "report.html").exists() and not (directory / "report.html").is_file():
         fail(f"{directory / 'report.html'}: exists and is not a file")
-    if metric is not None:
-        _check_choice("--metric", "metric", metric, REPORT_METRICS, f"known: {', '.join(REPORT_METRICS)}")
     try:
         saved = load_report_options(directory) or ReportOptions()
     except GridError as exc:

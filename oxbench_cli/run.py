@@ -8,6 +8,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -26,7 +27,7 @@ from oxbench.utils import (
     cache_root,
     probe_writable,
 )
-from oxbench_cli.app import _check_choice, _load_plugins, app, err_console, fail, literal, out_console, tagged
+from oxbench_cli.app import _load_plugins, app, err_console, fail, literal, out_console, tagged
 from oxbench_cli.plan import PLAN_LIST_MAX, _print_large_plan, _status, print_plan, summary_table
 from oxbench_cli.reporting import _report_and_say
 
@@ -39,7 +40,11 @@ RUN_HELP = {
     "zero": "Run the cells at this ZeRO stage (0-3) instead of train.zero_stage.",
     "fresh": "local: a fresh process per cell instead of warm workers that import once.",
     "rerun": "Train finished cells again (each old record kept as run.replaced.json).",
+    "overrides": "Settings of the grid file, after it: train.lr=1e-5 (a run setting, in base), axes.seed=[0,1,2], "
+    "methods.dpo.loss.beta=0.2, budget.rollouts=4096, ...; values are YAML. Validated as the file is, and "
+    "recorded in each run.json (config.cli_overrides).",
 }
+Executor = Literal["local", "ray", "slurm"]  # typer checks the choice and lists it in --help
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,10 @@ class Launch:
 def run(
     grid: Path | None = _OPT(None, "--grid", help="A grid recipe (recipes/*.yaml)."),
     config: Path | None = _OPT(None, "--config", help="A single-cell RunConfig YAML/JSON."),
+    overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=RUN_HELP["overrides"]),
     out: Path = _OPT(Path("runs"), "--out", help=RUN_HELP["out"]),
     plan: bool = _OPT(False, "--plan", help="Print the cells and their status; run nothing."),
-    executor: str = _OPT("local", "--executor", help="local | ray | slurm"),
+    executor: Executor = _OPT("local", "--executor", help="Where the cells run."),
     workers: int = _OPT(1, "--workers", help="Cells run at once (local, ray)."),
     nproc: int | None = _OPT(None, "--nproc", help=RUN_HELP["nproc"]),
     nnodes: int | None = _OPT(None, "--nnodes", help=RUN_HELP["nnodes"]),
@@ -87,20 +93,25 @@ def run(
     _load_plugins(plugin)
     if (grid is None) == (config is None):
         fail("give exactly one of --grid FILE or --config FILE")
+    if config is not None and overrides:
+        fail(f"{overrides[0]}: KEY=VALUE overrides go after a --grid file (edit the --config file itself)")
     if config is not None:
         _cluster(ClusterOptions(), given, sbatch)  # its --zero-stage (it runs here: no ranks, no requests)
         _run_single(config, out, plan, rerun)
         return
-    g, cells = _grid_cells(grid, out, plan)
+    g, cells = _grid_cells(grid, out, plan, overrides or [])
+    if overrides:
+        out_console.print(literal(f"{grid} with {' '.join(overrides)}"), soft_wrap=True)
     nproc, nnodes, resources = _cluster(g.cluster, given, sbatch)
     launch = Launch(executor, workers, nproc, nnodes, resources, ray_address, slurm_cluster, not fresh)
     _run_grid(g, cells, out, launch, plan, rerun)
 
 
-def _grid_cells(grid: Path, out: Path, plan: bool):
-    """The grid file and its cells; a plan too large to list is summarised here and the command ends."""
+def _grid_cells(grid: Path, out: Path, plan: bool, overrides: list[str]):
+    """The grid file (``overrides`` applied) and its cells; a plan too large to list is summarised here
+    and the command ends."""
     try:
-        g = load_grid(grid)
+        g = load_grid(grid, overrides)
         if plan and grid_size(g) > PLAN_LIST_MAX:  # a summary: building each cell would take minutes
             _print_large_plan(g, str(grid), out)
             raise typer.Exit(0)
@@ -201,12 +212,9 @@ def _report_stopped(todo, out: Path, name: str) -> None:
     raise typer.Exit(128 + getattr(signal, name))
 
 
-EXECUTORS = ("local", "ray", "slurm")  # checked by _check_run_options before _execute picks one
-
-
 def _check_run_options(executor: str, workers: int, out: Path, given: dict | None = None) -> None:
-    """The command line's own values, before the plan prints: one line each, exit 2."""
-    _check_choice("--executor", "executor", executor, EXECUTORS, "local, ray or slurm")
+    """The command line's own values, before the plan prints: one line each, exit 2 (``--executor``'s
+    choice is typer's to check)."""
     given = given or {}
     lowest = {"workers": 1, "nproc": 1, "nnodes": 1, "gpus_per_rank": 0, "cpus_per_rank": 1}
     for name, low in lowest.items():

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 
 from oxbench_cli.app import app, fail, out_console
+
+# analysis.seed_planner.SPENDING (tests/test_cli_overrides.py), named here so --help needs no pandas or scipy
+Spending = Literal["obrien-fleming", "pocock", "bonferroni"]
 
 
 @app.command("plan-seeds")
@@ -28,7 +32,9 @@ def plan_seeds(
         1, "--comparisons", help="With --sd: the comparisons m the α is split over."
     ),
     looks: str = typer.Option("3,5,8,12", "--looks", help="Sequential looks: seeds per arm at each."),
-    spending: str = typer.Option("obrien-fleming", "--spending", help="obrien-fleming | pocock | bonferroni"),
+    spending: Spending = typer.Option(
+        "obrien-fleming", "--spending", help="The sequential looks' α-spending."
+    ),
     sd_quantile: float = typer.Option(
         0.7,
         "--sd-quantile",

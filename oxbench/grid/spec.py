@@ -38,6 +38,7 @@ import itertools
 import json
 import math
 import operator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -234,11 +235,17 @@ def load_report_options(directory: str | Path) -> ReportOptions | None:
         raise GridError(format_validation_error(exc, str(path), ReportOptions)) from None
 
 
-def load_grid(path: str | Path) -> GridFile:
+def load_grid(path: str | Path, overrides: Sequence[str] = ()) -> GridFile:
+    """The grid file at ``path``, with the command line's ``key=value`` ``overrides`` applied to it before
+    it is validated (:mod:`oxbench.grid.overrides`)."""
     path = Path(path)
     raw = _read_yaml(path, "grid file")
     if not isinstance(raw, dict):
         raise GridError(f"{path}: a grid must be a mapping with name/base/axes")
+    if overrides:
+        from oxbench.grid.overrides import apply_overrides  # (it builds on this module)
+
+        raw = apply_overrides(raw, overrides, str(path))
     try:
         return GridFile.model_validate(raw)
     except ValidationError as exc:
