@@ -30,6 +30,8 @@ Contenders:
 JSON's ``trl``). ``--contenders`` keeps only the named ones (the reference is always kept).
 
 Writes ``--out`` (JSON: every time, every ratio, the machine) and prints a table of ratios.
+
+TRL is not one of oxbench's requirements: ``pip install -e ".[bench]"`` (or ``.[test]``) brings it.
 """
 
 from __future__ import annotations
