@@ -1,15 +1,27 @@
 """Numbers in the docs and results/README.md come from committed scripts, and stay what those scripts
 say (issue 40, item 8): each quoted table is regenerated here, from the committed records or the
 committed benchmark results, by the script that made it, and must equal the page, character for
-character. A quoted number that drifts from its script fails here."""
+character. A quoted number that drifts from its script fails here.
+
+The oxrl_skill section's numbers come from commands whose outputs are committed under
+``results/oxrl_skill_analysis/``: each output is regenerated and must be its file, the two-leaderboard
+tables (``analysis.leaderboard_agreement``) must be on the page character for character, and each row
+of the section's other tables must give, in order, the numbers of one output row, each rounded to the
+digits the page shows."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
+import io
 import json
+import re
 import subprocess
 import sys
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -51,3 +63,160 @@ def test_the_staleness_model_is_what_its_records_give(tmp_path):
     if not committed.exists():
         pytest.fail("results/staleness_model/README.md: run python -m analysis.staleness_model results")
     assert _regenerated("staleness_model", tmp_path, "results") == committed.read_text(encoding="utf-8")
+
+
+# -- the oxrl_skill section of results/README.md (issue 40, item 8) ------------------------------------------
+# Every command that section names is run, its output committed under results/oxrl_skill_analysis/ (each
+# file's first line "$ <command>", the rest what it printed): the outputs are regenerated here and must be
+# the committed files; the section's tables must quote them (the two-leaderboard tables verbatim, every
+# other table number by number, each number the output's rounded to the digits the page shows).
+
+ANALYSIS_OUT = ROOT / "results/oxrl_skill_analysis"
+OUTPUTS = sorted(p.name for p in ANALYSIS_OUT.glob("*") if p.name != "README.md")
+NUMBER = re.compile(r"[+\-−]?\d+(?:\.\d+)?(?:e[+\-−]?\d+)?")
+#: README columns whose numbers are the arm's under another metric (the same command with --metric)
+METRIC_COLUMNS = {"strict": "accuracy", "flexible": "accuracy_flexible"}
+#: README columns the recipe gives, not a script (the optimizer steps of an arm)
+RECIPE_COLUMNS = {"steps"}
+
+
+def _printed(argv: list[str]) -> str:
+    """What ``python -m <argv>`` prints, run in this process (one import of the analyses for all)."""
+    module = importlib.import_module(argv[0])
+    out = io.StringIO()
+    with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+        module.main()
+    return out.getvalue()
+
+
+def _committed(name: str) -> tuple[list[str], str]:
+    """A committed output: its command's argv after ``python -m``, and what the command printed."""
+    head, _, body = (ANALYSIS_OUT / name).read_text(encoding="utf-8").partition("\n")
+    assert head.startswith("$ python -m "), f"{name}: the first line is not '$ python -m <command>'"
+    return head.split()[3:], body
+
+
+@pytest.mark.parametrize("name", OUTPUTS)
+def test_the_committed_oxrl_skill_outputs_are_what_the_scripts_print(name):
+    argv, body = _committed(name)
+    assert _printed(argv) == body, f"results/oxrl_skill_analysis/{name}: rerun '{' '.join(argv)}'"
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The markdown tables of ``text`` (its lines, indentation stripped), each a list of lines."""
+    tables, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.strip().startswith("|"):
+            rows.append(line.strip())
+        elif rows:
+            tables, rows = [*tables, rows], []
+    return tables
+
+
+def test_the_two_leaderboards_are_what_leaderboard_agreement_prints():
+    """The merged leaderboards and the ρ table, regenerated from the records, are in results/README.md
+    character for character; every "Spearman ρ" quoted in it or in docs/ is the merged ρ."""
+    printed = _printed(["analysis.leaderboard_agreement", "results/oxrl_skill", "results/oxrl_core"])
+    merged, *_, rho = _tables(printed)
+    page = "\n".join(line.strip() for line in _page("results/README.md").splitlines())
+    assert "\n".join(merged) in page and "\n".join(rho) in page
+    assert "`python -m analysis.leaderboard_agreement results/oxrl_skill results/oxrl_core`" in " ".join(
+        page.split()
+    )
+    primary = {row.split(" | ")[2] for row in rho[2:] if row.startswith("| verified-flexible |")}
+    pages = ["results/README.md", *(str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs").glob("*.md")))]
+    quoted = {
+        (p, v) for p in pages for v in re.findall(r"Spearman ρ =? ?(\d\.\d+)", " ".join(_page(p).split()))
+    }
+    assert quoted and {(p, v) for p, v in quoted if v not in primary} == set()
+
+
+def _shown(quoted: str, printed: str) -> bool:
+    """``quoted`` is ``printed`` rounded to the digits ``quoted`` shows ("4e-5" of "4.3e-05", "+3.5" of
+    "+3.47"; half up or half even, the page's rounding of a rounded number)."""
+    q, x = (Decimal(s.replace("−", "-")) for s in (quoted, printed))
+    step = Decimal(1).scaleb(q.as_tuple().exponent)
+    return any(x.quantize(step, rounding=r) == q for r in (ROUND_HALF_UP, ROUND_HALF_EVEN))
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip().replace("**", "") for c in row.strip().strip("|").split("|")]
+
+
+def _output_tables() -> dict[tuple[str, str], list[dict[str, list[str]]]]:
+    """(grid, metric) -> the tables of its skill_gain output, each arm -> the numbers of its row, in order."""
+    out: dict[tuple[str, str], list[dict[str, list[str]]]] = {}
+    for name in OUTPUTS:
+        argv, body = _committed(name)
+        if argv[0] == "analysis.skill_gain":
+            metric = argv[argv.index("--metric") + 1] if "--metric" in argv else "accuracy_verified_flexible"
+            tables = [
+                {_cells(r)[0]: NUMBER.findall(" ".join(_cells(r)[1:])) for r in t[2:]} for t in _tables(body)
+            ]
+            out[(Path(argv[1]).name, metric)] = tables
+    return out
+
+
+def _in_order(quoted: list[str], printed: list[str]) -> list[str]:
+    """The numbers of ``quoted`` that are not, in their order, numbers of ``printed`` (:func:`_shown`)."""
+    missing, at = [], 0
+    for q in quoted:
+        j = next((j for j in range(at, len(printed)) if _shown(q, printed[j])), None)
+        if j is None:
+            missing.append(q)
+        else:
+            at = j + 1
+    return missing
+
+
+def _unquoted(header: list[str], row: list[str], outputs: dict) -> list[str]:
+    """The numbers of a README table row that no output row gives, [] when one does: the row's own
+    columns, in order, must be the numbers of one row of a verified-flexible output (one arm, one table);
+    its strict / flexible columns that arm's leaderboard row under ``--metric`` on the same grid."""
+    own, other = [], {}
+    for h, cell in zip(header[1:], row[1:]):
+        metric = next((m for k, m in METRIC_COLUMNS.items() if h.startswith(k)), None)
+        if h not in RECIPE_COLUMNS:
+            (other.setdefault(metric, []) if metric else own).extend(NUMBER.findall(cell))
+    best = [*own, *(n for ns in other.values() for n in ns)]
+    for (grid, metric), tables in outputs.items():
+        if metric != "accuracy_verified_flexible":
+            continue
+        for arm, numbers in (a for t in tables for a in t.items()):
+            missing = _in_order(own, numbers)
+            for m, quoted in other.items():
+                board = (outputs.get((grid, m)) or [{}])[0]
+                missing += _in_order(quoted, board.get(arm, []))
+            best = min(best, missing, key=len)
+    return best
+
+
+def _skill_sections() -> list[tuple[str, set[str]]]:
+    """The sections of results/README.md that name a skill_gain command of the oxrl_skill grids in full,
+    each with those commands (whitespace normalised)."""
+    out = []
+    for section in _page("results/README.md").split("\n## "):
+        named = {
+            " ".join(c.split()) for c in re.findall(r"`(python -m analysis\.skill_gain\s[^`]*)`", section)
+        }
+        named = {c for c in named if "..." not in c and c.split()[3].startswith("results/oxrl_skill")}
+        out += [(section, named)] if named else []
+    return out
+
+
+def test_the_oxrl_skill_tables_are_the_skill_gain_outputs():
+    """Each section of results/README.md that names a skill_gain command of the oxrl_skill grids: every
+    command it names in full has a committed output, and the numbers of each row of its tables are, in
+    their order, an output row's (:func:`_unquoted`)."""
+    commands = {" ".join(["python", "-m", *_committed(n)[0]]) for n in OUTPUTS}
+    verbatim = set(_committed("leaderboard_agreement.md")[1].splitlines())
+    outputs, sections, bad = _output_tables(), _skill_sections(), []
+    assert sections and all(named <= commands for _, named in sections), "a named command has no output"
+    for table in (t for section, _ in sections for t in _tables(section)):
+        if set(table) <= verbatim:
+            continue  # the two leaderboards: checked character for character above
+        header = _cells(table[0])
+        for row in table[2:]:
+            missing = _unquoted(header, _cells(row), outputs)
+            bad += [f"{row[:60]}…: {missing}"] if missing else []
+    assert bad == [], "numbers no committed output gives:\n" + "\n".join(bad)
