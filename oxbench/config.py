@@ -636,10 +636,11 @@ class EvalConfig(Strict):
     sample_stream: Literal["call", "problem"] = added("call", now="problem")
     # generation for evaluation: lean (oxbench's decode loop; greedy ids equal HF generate's), hf
     backend: Literal["hf", "lean"] = added("hf", now="lean")
-    # the problems graded: "test", or "confirm", the locked confirmation split (arith: test-class problems
-    # outside the whole test pool, which no design choice has seen); only a grid marked
-    # ``confirmatory: true`` may read it (oxbench.grid.spec)
-    split: Literal["test", "confirm"] = added("test")
+    # the problems graded: "test"; "confirm", the locked confirmation split (arith: test-class problems
+    # outside the whole test pool, which no design choice has seen), which only a grid marked
+    # ``confirmatory: true`` may read (oxbench.grid.spec); or "validation" (disjoint from the train rows
+    # and the test split), what a tune's cells are evaluated on (oxbench.grid.tune)
+    split: Literal["test", "confirm", "validation"] = added("test")
     lm_eval: LmEvalConfig = added(LmEvalConfig())
 
 

@@ -121,24 +121,37 @@ def _grid_cells(grid: Path, out: Path, plan: bool, overrides: list[str]):
 
 
 def _run_grid(g, cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> None:
-    """The plan, then (unless ``plan``) every cell not finished, then the summary and the report."""
+    """The plan, then (unless ``plan``) every cell not finished, then the summary and the report. A
+    grid with ``tune:`` runs its tuning cells first and then its cells at their arm's pick."""
     if not plan:
         _check_out_writable(out)
+    tuning: list[dict] = []
+    if g.tune is not None:
+        from oxbench_cli.tuning import tune_first
+
+        cells, tuning = tune_first(g, out, plan, lambda c: _run_cells(c, out, launch, plan, rerun))
+    records = _run_cells(cells, out, launch, plan, rerun)
+    if not plan:
+        _grid_summary(g.name, cells, tuning + records, out, g.report)
+
+
+def _run_cells(cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> list[dict]:
+    """The plan of ``cells``, then (unless ``plan``) each one not finished; their records."""
     print_plan(cells, out)
     if launch.executor != "local":
         _print_requests(cells, launch.nproc, launch.resources, launch.executor, launch.nnodes)
     _warn_missing_trackers(cells)
-    if plan:
-        return
+    if plan or not cells:
+        return []
     if rerun:
         _retire(cells, out)
     todo = [c for c in cells if _status(c, out) != "finished"]
     with _stoppable() as stop:
         try:
-            records = _execute(todo, out, launch)
+            return _execute(todo, out, launch)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGUSR1 (a scheduler's pre-emption)
             _report_stopped(todo, out, stop.get("signal", "SIGINT"))
-    _grid_summary(g.name, cells, records, out, g.report)
+    return []
 
 
 def _grid_summary(name: str, cells, records: list[dict], out: Path, report: ReportOptions) -> None:

@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from oxbench.config import RunConfig, check_dir_name, format_validation_error
+from oxbench.grid.tune import TuneSpec
 
 ALIASES = {"scale": "model.name", "lora": "model.lora.enabled"}
 
@@ -117,6 +118,8 @@ class GridFile(BaseModel):
     # a confirmatory grid (its design pre-registered before it runs): the only kind that may evaluate on
     # the locked confirmation split (eval.split: confirm)
     confirmatory: bool = False
+    # the tuning protocol (oxbench.grid.tune): each arm at its best setting on the validation split first
+    tune: TuneSpec | None = None
 
     @field_validator("name")
     @classmethod
@@ -252,24 +255,63 @@ def load_grid(path: str | Path, overrides: Sequence[str] = ()) -> GridFile:
         raise GridError(format_validation_error(exc, str(path), GridFile)) from None
 
 
-def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
-    """Every cell of the grid as a validated RunConfig (axis order = file order)."""
+def _expanded(grid: GridFile, where: str):
+    """Every cell with the values it was built from, and the builder (a cell from such values)."""
     paths, checks, arm_keys, variants = _layout(grid, where)
+    build = functools.partial(_cell, grid, arm_keys=arm_keys, checks=checks, where=where)
     names = list(grid.axes)
-    cells = []
+    pairs = []
     for bundle, combo in itertools.product(variants, itertools.product(*(grid.axes[n] for n in names))):
         values = {**bundle, **{paths[n]: v for n, v in zip(names, combo)}}
-        cfg = _cell(grid, values, arm_keys, checks, where)
+        cfg = build(values)
         if cfg is not None:
-            cells.append(cfg)
+            pairs.append((values, cfg))
+    return pairs, build
+
+
+def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
+    """Every cell of the grid as a validated RunConfig (axis order = file order)."""
+    pairs, build = _expanded(grid, where)
+    cells = [cfg for _, cfg in pairs]
     if not cells:
         raise GridError(f"{where}: budget.constraints leave no cell")
     _check_overrides_match(grid, cells, where)
+    if grid.tune is not None:
+        _tuning(grid, pairs, build, where)  # its checks and every tuning cell, validated before anything runs
     ids = [c.run_id() for c in cells]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise GridError(f"{where}: two cells resolve to the same config ({dup}); an axis has repeated values")
     return cells
+
+
+def tuning_cells(grid: GridFile, where: str = "grid") -> list[RunConfig]:
+    """The tuning cells of a grid with ``tune:`` (:func:`oxbench.grid.tune.tuning_cells`), validated."""
+    return _tuning(grid, *_expanded(grid, where), where)
+
+
+def tuned_cells(grid: GridFile, out: Path, where: str = "grid") -> tuple[list[RunConfig], dict]:
+    """The grid's cells at their arm's pick, where its tune has ended, and what the tune says per arm
+    (:func:`oxbench.grid.tune.final_cells`, from the tuning records under ``out``)."""
+    from oxbench.grid import tune
+
+    pairs, build = _expanded(grid, where)
+    try:
+        return tune.final_cells(grid.tune, grid.name, pairs, out, build)
+    except ValueError as exc:
+        raise GridError(f"{where}: {exc}") from None
+
+
+def _tuning(grid: GridFile, pairs, build, where: str) -> list[RunConfig]:
+    from oxbench.grid import tune
+
+    try:
+        tune.check(grid.tune, [cfg for _, cfg in pairs])
+        return tune.tuning_cells(grid.tune, grid.name, pairs, build)
+    except GridError:
+        raise
+    except ValueError as exc:
+        raise GridError(f"{where}: {exc}") from None
 
 
 def grid_size(grid: GridFile) -> int:
