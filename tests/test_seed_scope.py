@@ -42,3 +42,29 @@ def test_the_record_says_what_a_seed_covers_and_shared_self_play_is_per_seed():
     dpo = {"method": "dpo"}
     assert shared_key(cfg(0, **dpo)) != shared_key(cfg(1, **dpo))  # each seed samples its own pairs
     assert shared_key(cfg(0, "order", **dpo)) == shared_key(cfg(1, "order", **dpo))
+
+
+def test_a_run_graded_on_gsm8k_validation_never_trains_on_those_rows():
+    """GSM8K's validation split is the end of its train file: a cell evaluated on it (a tune's) draws
+    its training rows and prompts from the rest, under either seed scope."""
+    import pytest
+
+    from oxbench.tasks.gsm8k import default_gsm8k_dir
+
+    root = default_gsm8k_dir()
+    if not (root / "train.jsonl").is_file():
+        pytest.skip(f"GSM8K data not at {root}")
+    task = {"name": "gsm8k", "path": str(root)}
+    graded = RunConfig(task=task, eval={"split": "validation", "n_test": 3000})
+    held = {
+        r["question"]
+        for r in validation_pool(
+            graded.model_copy(update={"eval": graded.eval.model_copy(update={"n_val": 3000})})
+        )
+    }
+    for c in (graded, graded.model_copy(update={"seed_scope": "order"})):
+        assert not held & {r["question"] for r in train_rows(c, 4000)}
+    from oxbench.tasks import load_task_split
+
+    plain = RunConfig(task=task, seed_scope="order")  # graded on test: the file's first rows, as before
+    assert train_rows(plain, 7000) == load_task_split(task, "train", n=7000)

@@ -15,12 +15,24 @@ def train_rows(cfg: RunConfig, n: int | None) -> list[dict]:
     ``run``, ``n`` drawn without replacement from the whole split by the run's ``subset`` seed, kept in
     the split's order. Both are rows of the same split, so the validation and test splits stay apart."""
     task, seed = cfg.task.model_dump(), cfg.seeds().get("subset")
-    if seed is None or n is None:
+    graded = _graded_validation(cfg)
+    if (seed is None or n is None) and not graded:
         return load_task_split(task, "train", n=n, seed=0)
-    pool = load_task_split(task, "train", seed=0)
+    pool = [r for r in load_task_split(task, "train", seed=0) if r["question"] not in graded]
+    if seed is None or n is None:
+        return pool[:n]
     if n > len(pool):
         raise ValueError(f"the train split has {len(pool)} problems, fewer than the {n} a run draws")
     return [pool[i] for i in sorted(random.Random(f"subset/{seed}").sample(range(len(pool)), n))]
+
+
+def _graded_validation(cfg: RunConfig) -> set[str]:
+    """The questions of the validation rows a run is evaluated on (``eval.split: validation``, a tune's
+    cells) where they share a file with the train split (GSM8K: its end), so no run trains on them."""
+    if cfg.eval.split != "validation" or cfg.task.name == "arith":  # arith's validation lies outside its pool
+        return set()
+    rows = load_task_split(cfg.task.model_dump(), "validation", n=cfg.eval.n_test, seed=0)
+    return {r["question"] for r in rows}
 
 
 def online_prompts(cfg: RunConfig) -> list[dict]:
