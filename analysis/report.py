@@ -331,6 +331,7 @@ def _context(data: _Data, requested: str, metric: str, correction: str, alpha: f
         "provenance": _provenance(data.records),
         "isocompute": _isocompute_section(data.root),
         "staleness": _staleness_section(data.root),
+        "tuning": _tuning_section(data.root),
     }
     if baseline is not None:
         ctx.update(_results(data, baseline, metric, correction, alpha))
@@ -942,6 +943,16 @@ def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
         "figures": figures,
         "errors": errors,
     }
+
+
+def _tuning_section(root: Path) -> dict | None:
+    """Each arm's pick and sweep when the grid was tuned (:func:`analysis.board.tuning_section`)."""
+    from analysis.board import tuning_section
+
+    section = tuning_section(root)
+    if section is not None:
+        section["figure"] = Markup(section["figure"])
+    return section
 
 
 def _staleness_section(root: Path, n_boot: int = 200) -> dict | None:
