@@ -130,7 +130,7 @@ def _run_grid(g, cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> N
         from oxbench_cli.tuning import tune_first
 
         cells, tuning = tune_first(g, out, plan, lambda c: _run_cells(c, out, launch, plan, rerun))
-    records = _run_cells(cells, out, launch, plan, rerun)
+    records = _run_cells(cells, out, launch, plan, rerun) if cells or g.tune is None else []
     if not plan:
         _grid_summary(g.name, cells, tuning + records, out, g.report)
 

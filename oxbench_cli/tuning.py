@@ -12,6 +12,7 @@ from oxbench.grid import tune
 from oxbench.grid.spec import GridError, tuned_cells, tuning_cells
 from oxbench.utils import write_json_atomic
 from oxbench_cli.app import err_console, fail, out_console, tagged
+from oxbench_cli.plan import _estimate_seconds
 
 
 def tune_first(g, out: Path, plan: bool, run_cells: Callable[[list], list[dict]]) -> tuple[list, list[dict]]:
@@ -29,15 +30,18 @@ def tune_first(g, out: Path, plan: bool, run_cells: Callable[[list], list[dict]]
     )
     records = run_cells(cells)
     try:
-        ready, state = tuned_cells(g, out, g.name)
+        ready, state, waiting = tuned_cells(g, out, g.name)
     except GridError as exc:
         fail(str(exc))
     if not plan:
         write_json_atomic(tune.picks_path(out, g.name), state)
     _print_picks(state)
-    waiting = sum(a["final_cells"] for a in state.values() if a["status"] != "picked")
     if waiting:
-        out_console.print(f"{waiting} final cells wait for their tune (the arms above not yet picked)")
+        minutes = sum(_estimate_seconds(c) for c in waiting) / 60
+        out_console.print(
+            f"{len(waiting)} final cells wait for their tune (the arms above not yet picked); estimated "
+            f"{minutes:.0f} min of cell time on CPU at their family's settings"
+        )
     for arm, a in state.items():
         if a["status"] == "none":
             err_console.print(

@@ -290,7 +290,9 @@ def tuning_cells(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     return _tuning(grid, *_expanded(grid, where), where)
 
 
-def tuned_cells(grid: GridFile, out: Path, where: str = "grid") -> tuple[list[RunConfig], dict]:
+def tuned_cells(
+    grid: GridFile, out: Path, where: str = "grid"
+) -> tuple[list[RunConfig], dict, list[RunConfig]]:
     """The grid's cells at their arm's pick, where its tune has ended, and what the tune says per arm
     (:func:`oxbench.grid.tune.final_cells`, from the tuning records under ``out``)."""
     from oxbench.grid import tune

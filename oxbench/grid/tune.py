@@ -236,10 +236,11 @@ def _metric(rec: dict, metric: str) -> float:
 
 def final_cells(
     spec: TuneSpec, name: str, pairs: Pairs, out: Path, build: Build
-) -> tuple[list[RunConfig], dict]:
-    """The grid's cells at their arm's pick, for the arms whose tuning has ended; and per arm (its
-    first cell's run_id) what the tune says: ``status`` (picked, pending or none), the pick and means."""
-    ready, state = [], {}
+) -> tuple[list[RunConfig], dict, list[RunConfig]]:
+    """The grid's cells at their arm's pick, for the arms whose tuning has ended; per arm (its first
+    cell's run_id) what the tune says: ``status`` (picked, pending or none), the pick and means, its
+    factor-1 ``default``; and the untuned cells of the arms still pending (what a plan estimates)."""
+    ready, state, waiting = [], {}, []
     for arm in arms(pairs):
         rows, ended, total = scored(spec, name, arm, out, build)
         chosen = pick(spec, rows) if ended == total else None
@@ -257,7 +258,9 @@ def final_cells(
         }
         if chosen:
             ready += [build({**v, **point_values(c, chosen["point"])}) for v, c in mine]
-    return ready, state
+        elif status == "pending":
+            waiting += [c for _, c in mine]
+    return ready, state, waiting
 
 
 def picks_path(out: Path, name: str) -> Path:
