@@ -343,6 +343,12 @@ class DataConfig(Strict):
     subset: str | dict[str, float] | None = added(None)
     difficulty_k: int = added(16)  # samples per problem for the base's avg@k
     difficulty_grader: Literal["strict", "flexible"] = added("strict")  # flexible: difficulty beyond format
+    # your own training rows in one of TRL's dataset formats (oxbench.data.formats, detected from the
+    # columns): a .jsonl or .parquet file, or a datasets save_to_disk directory. An offline method trains
+    # on its first n_train rows instead of self-play or the task's gold answers (a pair loss on
+    # preference rows, KTO/BCO on unpaired or preference rows, SFT on completions); evaluation stays the
+    # task's. None: the task's rows, as before.
+    path: str | None = added(None)
 
     @field_validator("subset")
     @classmethod

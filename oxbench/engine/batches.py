@@ -22,19 +22,24 @@ ROLES = {"sft": ("main",), "pairs": ("chosen", "rejected"), "unpaired": ("main",
 def encode_examples(kind: str, rows: list[dict], tokenizer, max_len: int, *, kl_seed: int = 0) -> list[dict]:
     """Tokenise rows of one data kind into role sequences."""
 
-    def enc(question, completion):
+    def enc(row, completion):
+        if "prompt" in row:  # a data file's row (oxbench.data.formats): prompt and completion are text
+            return encode_pair(tokenizer, row["prompt"], completion, max_len)
         return encode_pair(
-            tokenizer, format_prompt(tokenizer, question), format_completion(tokenizer, completion), max_len
+            tokenizer,
+            format_prompt(tokenizer, row["question"]),
+            format_completion(tokenizer, completion),
+            max_len,
         )
 
     if kind == "sft":
-        return [{"id": r["id"], "main": enc(r["question"], r["completion"])} for r in rows]
+        return [{"id": r["id"], "main": enc(r, r["completion"])} for r in rows]
     if kind == "pairs":
         return [
             {
                 "id": r["id"],
-                "chosen": enc(r["question"], r["chosen"]),
-                "rejected": enc(r["question"], r["rejected"]),
+                "chosen": enc(r, r["chosen"]),
+                "rejected": enc(r, r["rejected"]),
                 "chosen_reward": r.get("chosen_reward"),
                 "rejected_reward": r.get("rejected_reward"),
             }
@@ -49,8 +54,8 @@ def encode_examples(kind: str, rows: list[dict], tokenizer, max_len: int, *, kl_
             {
                 "id": r["id"],
                 "label": bool(r["label"]),
-                "main": enc(r["question"], r["completion"]),
-                "kl": enc(r["question"], rows[partner[i]]["completion"]),
+                "main": enc(r, r["completion"]),
+                "kl": enc(r, rows[partner[i]]["completion"]),
             }
             for i, r in enumerate(rows)
         ]

@@ -384,7 +384,8 @@ def expected_ledger(
         }
     n = d.n_train or 7473
     seq = min(d.max_len, prompt_tokens + d.max_new_tokens)
-    sampled = n * d.self_play_k if pairs or cfg.method in ("rft", "kto") else 0
+    self_play = (pairs or cfg.method in ("rft", "kto")) and d.path is None  # data.path: no self-play
+    sampled = n * d.self_play_k if self_play else 0
     trained = n * t.epochs * seq * (2 if pairs else 1)
     if t.max_steps is not None:
         trained = min(trained, t.max_steps * t.batch_size * t.grad_accum * seq * (2 if pairs else 1))

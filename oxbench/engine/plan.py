@@ -13,7 +13,7 @@ live spec, whose ``fn`` it calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import losses
@@ -102,6 +102,8 @@ def plan_of(cfg: RunConfig, spec: LossSpec | LossInfo, hparams: dict, world_size
     """The plan of ``cfg`` trained with ``spec`` at ``hparams``, which need not be registered (``oxbench
     losses check`` trains a spec as it is, and so do the tests)."""
     caps = Capabilities.of(spec, hparams)
+    if cfg.data.path is not None and not caps.online:  # the rows come from the file: no self-play
+        caps = replace(caps, self_play_data=False)
     if caps.online:
         o = cfg.online
         micro = micro_batches_per_rank(o.prompts_per_batch, cfg.train.batch_size, world_size, cfg.method)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from oxbench.config import RunConfig
-from oxbench.data import difficulty, pipeline
+from oxbench.data import difficulty, formats, pipeline
 from oxbench.data.selection import online_prompts, train_rows, validation_pool
 from oxbench.engine import distributed as D
 from oxbench.engine.plan import RunPlan, resolve
@@ -103,6 +103,9 @@ def prepare_shared(cfg: RunConfig, *, verbose: bool = True) -> None:
 def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) -> tuple[list[dict], dict]:
     """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
     cfg = plan.cfg
+    if cfg.data.path is not None:  # your own rows (oxbench.data.formats): no self-play, no task rows
+        kind = "online" if plan.caps.online else plan.caps.data
+        return formats.training_rows(formats.check(cfg.data.path, kind), kind, tok, cfg.data.n_train)
     if plan.caps.online:  # prompts from the whole train split (or its subset by difficulty)
         prompts = online_prompts(cfg)
         if cfg.data.subset is None:

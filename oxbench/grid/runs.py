@@ -64,7 +64,7 @@ def new_record(cfg: RunConfig, *, world_size: int, nodes: int) -> RunRecord:
         config_hash=content_hash(cfg.identity()),
         git_sha=git_sha(),
         packages=packages(),
-        data_files=data_fingerprint(cfg.task.model_dump()) or None,
+        data_files=data_fingerprint(cfg.task.model_dump(), cfg.data.path) or None,
         world_size=world_size,
         nodes=nodes,
         zero_stage=zero_stage(cfg),
@@ -135,21 +135,31 @@ def inspect_record(path: Path) -> tuple[dict | None, str | None]:
     return rec, None
 
 
-def data_fingerprint(task: dict) -> dict[str, str]:
-    """The SHA-256 of each local data file of ``task`` (a ``TaskConfig`` dump), by split."""
+def data_fingerprint(task: dict, data_path: str | None = None) -> dict[str, str]:
+    """The SHA-256 of each local data file of ``task`` (a ``TaskConfig`` dump), by split, and of
+    ``data.path`` (a directory: of its files' digests) under ``data.path``."""
     from oxbench.tasks import data_files
 
-    return {split: sha256_cached(path) for split, path in data_files(task).items()}
+    out = {split: sha256_cached(path) for split, path in data_files(task).items()}
+    if data_path:
+        p = Path(data_path).expanduser()
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file())
+            out["data.path"] = content_hash([(str(f.relative_to(p)), sha256_cached(f)) for f in files])
+        else:
+            out["data.path"] = sha256_cached(p)
+    return out
 
 
 def stale_data(rec: dict) -> str | None:
     """One line when a record was trained on data files whose bytes have changed since (None: current,
     or nothing to compare: a record from before fingerprints, generated data, files gone)."""
-    sealed, task = rec.get("data_files"), (rec.get("config") or {}).get("task")
+    config = rec.get("config") or {}
+    sealed, task, data = rec.get("data_files"), config.get("task"), config.get("data")
     if not isinstance(sealed, dict) or not sealed or not isinstance(task, dict):
         return None
     try:
-        now = data_fingerprint(task)
+        now = data_fingerprint(task, data.get("path") if isinstance(data, dict) else None)
     except (OSError, ValueError, KeyError):
         return None
     changed = [split for split, sha in sealed.items() if split in now and now[split] != sha]

@@ -588,6 +588,9 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
             )
         else:
             _check_arith_sizes(cfg.task.n_ops, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
+        if cfg.data.path is not None:
+            kind = "online" if plan.caps.online else plan.caps.data
+            _check_data_file(cfg.data.path, _file_state(cfg.data.path), kind)
     except (losses.LossError, ModelError, TaskError) as exc:
         raise GridError(f"{where}: {exc}") from None
     except ValueError as exc:  # online micro-batches, or knobs allowing too few distinct problems
@@ -633,6 +636,18 @@ def _check_gsm8k(task: str, state: tuple) -> None:
 
     for split in ("train", "test"):
         load_task_split(json.loads(task), split, local_only=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _check_data_file(path: str, state: tuple, kind: str) -> None:
+    """``data.path`` read and checked to make ``kind`` examples, once per file state and kind."""
+    from oxbench.data import formats
+    from oxbench.tasks.errors import TaskError
+
+    try:
+        formats.check(path, kind)
+    except TaskError as exc:
+        raise type(exc)(f"field 'data.path': {exc}") from None
 
 
 @functools.lru_cache(maxsize=64)
