@@ -345,9 +345,9 @@ class DataConfig(Strict):
     difficulty_grader: Literal["strict", "flexible"] = added("strict")  # flexible: difficulty beyond format
     # your own training rows in one of TRL's dataset formats (oxbench.data.formats, detected from the
     # columns): a .jsonl or .parquet file, or a datasets save_to_disk directory. An offline method trains
-    # on its first n_train rows instead of self-play or the task's gold answers (a pair loss on
-    # preference rows, KTO/BCO on unpaired or preference rows, SFT on completions); evaluation stays the
-    # task's. None: the task's rows, as before.
+    # on its first n_train rows instead of self-play or the task's gold answers (a pair loss, BCO's
+    # paired form included, on preference rows; KTO on unpaired or preference rows; SFT on completions);
+    # evaluation stays the task's. None: the task's rows, as before (docs/data.md).
     path: str | None = added(None)
 
     @field_validator("subset")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from oxbench.config import RunConfig
 from oxbench.data import formats
 from oxbench.data.formats import DataFileError
 from oxbench.grid import runner as grid_runner
-from oxbench.grid.runs import run_dir
+from oxbench.grid.runs import run_dir, stale_data
 from oxbench.models.realformat import build_real_checkpoint
 from oxbench.tasks import arith
 from oxbench_cli import app
@@ -250,6 +251,20 @@ def test_a_good_data_file_plans_and_enters_the_run_id(tmp_path, micro_model_dir)
     assert "path" not in plain.data.hash_view() and mine.run_id() != plain.run_id()
 
 
+def test_the_example_is_make_data_s_and_plans(monkeypatch):
+    """``examples/byod/``: its files are what ``make_data.py`` writes, of the types the grid needs, and
+    ``docs/data.md``'s command plans (run from the repository's root, as the page says)."""
+    root = Path(__file__).resolve().parents[1]
+    made = runpy.run_path(str(root / "examples" / "byod" / "make_data.py"))["files"]()
+    for name, text in made.items():
+        assert (root / "examples" / "byod" / name).read_text() == text, name
+    assert formats.check(root / "examples" / "byod" / "pairs.jsonl", "pairs").type == "preference"
+    assert formats.check(root / "examples" / "byod" / "unpaired.jsonl", "unpaired").type == "unpaired"
+    monkeypatch.chdir(root)
+    result = runner.invoke(app, ["run", "--grid", "examples/byod/grid.yaml", "--plan"])
+    assert result.exit_code == 0 and "4 cells" in result.output, result.output
+
+
 def _cfg(checkpoint: Path, path: Path, method: str) -> RunConfig:
     return RunConfig(
         grid="byod",
@@ -303,4 +318,6 @@ def test_trl_preference_and_unpaired_files_train_the_real_format_checkpoint(tmp_
             .splitlines()
         ]
         assert all(math.isfinite(s["loss"]) for s in steps) and any(s["grad_norm"] > 0 for s in steps)
-    assert rec["data"]["format"] == "unpaired"
+    assert rec["data"]["format"] == "unpaired" and stale_data(rec) is None
+    path.write_text(path.read_text().replace("#### 5", "#### 4"))  # the file changes: its record is stale
+    assert stale_data(rec) == "stale: its data.path data changed since it ran"

@@ -3,19 +3,14 @@
 A file is a ``.jsonl`` file, a ``.parquet`` file or a directory written by ``datasets``'
 ``save_to_disk`` (a ``DatasetDict``'s ``train`` split). Its columns say its type, as in TRL:
 
-========================== ================================ ====================================
-type                       columns                          trains
-========================== ================================ ====================================
-prompt-only                ``prompt``                       (online methods: not from a file yet)
-prompt-completion          ``prompt``, ``completion``       SFT methods
-preference                 ``prompt``, ``chosen``,          pair losses; KTO/BCO (each pair one
-                           ``rejected``                     desirable, one undesirable row); SFT
-                                                            methods (the chosen completions)
-preference, implicit       ``chosen``, ``rejected`` (the    as preference
-prompt                     prompt is their common start)
-unpaired preference        ``prompt``, ``completion``,      KTO/BCO; SFT methods (the rows
-                           ``label`` (true: desirable)      labelled true)
-========================== ================================ ====================================
+* prompt-only, ``prompt``: nothing trains on it from a file yet (online methods sample the task's);
+* prompt-completion, ``prompt``, ``completion``: SFT methods;
+* preference, ``prompt``, ``chosen``, ``rejected``: pair losses (BCO's paired form too); KTO (each pair
+  one desirable and one undesirable row); SFT methods (the chosen completions);
+* preference with an implicit prompt, ``chosen``, ``rejected`` (the prompt is their common start): as
+  preference;
+* unpaired preference, ``prompt``, ``completion``, ``label`` (true: desirable): KTO; SFT methods (the
+  rows labelled true).
 
 Other columns are ignored. Each text column is *standard* (a string) or *conversational* (a list of
 ``{"role", "content"}`` messages), as the first row has it. Rows become text as TRL's trainers make it:
@@ -211,7 +206,7 @@ def check(path: str | Path, kind: str) -> DataFile:
     if kind not in TAKES:
         raise DataFileError(
             f"{data.path}: online methods sample the task's prompts and grade against its answers; a data "
-            "file trains offline methods only (pair losses, KTO/BCO, SFT)"
+            "file trains offline methods only (pair losses, KTO, SFT)"
         )
     if data.type not in TAKES[kind]:
         takes = " or ".join(f"{NAMES[t]} ({', '.join(TYPES[t])})" for t in TAKES[kind])
