@@ -295,12 +295,26 @@ class ModelConfig(Strict):
 
 
 class TaskConfig(ArithKnobs):
-    name: Literal["arith", "gsm8k"] = "arith"
+    # a built-in task (arith, gsm8k) or a plugin's (oxbench.tasks entry points, --plugin: `oxbench tasks`)
+    name: str = "arith"
     n_ops: int = renamed(2, "steps", "n_ops")  # arith: operations per problem
     max_operand: int = 40  # arith: largest operand (40: chance 1.6% with n_ops 2)
     path: str | None = None  # gsm8k: a directory with train/test files, a HF dataset id, or the train file
     test_path: str | None = None  # gsm8k: the test file, when ``path`` is a single train file
     ood: bool = True  # arith: also evaluate on the out-of-distribution variant
+    options: dict[str, Any] = added({})  # a plugin task's own settings, handed to its loader
+
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, name: str) -> str:
+        from oxbench.tasks.registry import task_names
+
+        known = task_names()
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise ValueError(f"unknown task {name!r}{hint}")
+        return name
 
     @model_validator(mode="after")
     def _gsm8k_needs_path(self):
@@ -355,10 +369,6 @@ class DataConfig(Strict):
     def _known_subset(cls, v):
         shares = {v: 1.0} if isinstance(v, str) else v
         for name, share in (shares or {}).items():
-            if name not in SUBSETS:
-                close = difflib.get_close_matches(name, list(SUBSETS), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(SUBSETS)})"
-                raise ValueError(f"unknown subset {name!r}{hint}")
             if not math.isfinite(share) or share <= 0:
                 raise ValueError(f"share of subset {name!r} must be a finite number > 0, got {share}")
         if shares and abs(sum(shares.values()) - 1.0) > 1e-6:
@@ -722,6 +732,18 @@ class RunConfig(Strict):
         return check_dir_name(grid, "grid")
 
     @model_validator(mode="after")
+    def _task_names(self):
+        """``data.subset``'s bins exist for the run's task (its spec is read only when one is not
+        IsoCompute's bin)."""
+        shares = self.data.subset
+        names = [shares] if isinstance(shares, str) else list(shares or {})
+        if any(n not in SUBSETS for n in names):
+            from oxbench.tasks import get_task
+
+            _known("subset", names, [*SUBSETS, *get_task(self.task.name).bins], "data.subset")
+        return self
+
+    @model_validator(mode="after")
     def _resolve(self):
         """Resolve ``train.lr_scaling`` into ``train.lr`` and check ``eval.every`` against the run."""
         o, t = self.online, self.train
@@ -793,6 +815,15 @@ def _lookup(tree: dict, path: str) -> Any:
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return value
+
+
+def _known(kind: str, names: list[str], known: list[str], field: str) -> None:
+    """Each of ``names`` is in ``known``; else one line naming the field, with the closest known name."""
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+            raise ValueError(f"field {field!r}: unknown {kind} {name!r}{hint}")
 
 
 def format_validation_error(exc: ValidationError, where: str, model: type[BaseModel] = RunConfig) -> str:

@@ -1,4 +1,5 @@
-"""``--plugin MODULE``: register the LossSpecs of unpublished code (no entry point needed).
+"""``--plugin MODULE``: register the LossSpecs, TaskSpecs and RewardSpecs of unpublished code (no entry
+point needed).
 
 The module names travel to cell subprocesses in ``$OXBENCH_PLUGINS`` (comma-separated).
 """
@@ -9,10 +10,13 @@ import importlib
 import os
 
 import losses
+from oxbench.tasks import registry as tasks
+from oxbench.tasks.errors import TaskError
 
 
 def load_plugins(modules: list[str]) -> list[str]:
-    """Import each module and register every LossSpec it defines; returns the names added."""
+    """Import each module and register every LossSpec, TaskSpec and RewardSpec it defines; returns the
+    names added. A task or reward that cannot be registered is a :class:`losses.LossError` too (one line)."""
     added = []
     for mod in modules:
         try:
@@ -22,16 +26,40 @@ def load_plugins(modules: list[str]) -> list[str]:
         except Exception as exc:
             raise losses.LossError(f"plugin {mod!r} failed to import: {type(exc).__name__}: {exc}") from exc
         specs = [v for v in vars(module).values() if isinstance(v, losses.LossSpec)]
-        if not specs:
-            raise losses.LossError(f"plugin {mod!r} defines no losses.LossSpec")
+        others = [v for v in vars(module).values() if isinstance(v, tasks.TaskSpec | tasks.RewardSpec)]
+        if not specs and not others:
+            raise losses.LossError(f"plugin {mod!r} defines no losses.LossSpec, TaskSpec or RewardSpec")
         for spec in specs:
             if _installed(spec):  # a built-in or installed spec the module imported, not its own
                 continue
             losses.register(spec, origin=f"--plugin {mod}")
             added.append(spec.name)
+        added += _register_tasks(others, mod)
     if modules:
         os.environ["OXBENCH_PLUGINS"] = ",".join(modules)
     return added
+
+
+def _register_tasks(specs: list, mod: str) -> list[str]:
+    added = []
+    for spec in specs:
+        if _installed_task(spec):
+            continue
+        try:
+            tasks.register(spec, origin=f"--plugin {mod}")
+        except TaskError as exc:
+            raise losses.LossError(str(exc)) from None
+        added.append(spec.name)
+    return added
+
+
+def _installed_task(spec) -> bool:
+    """A built-in or installed task (or reward) the module imported, not its own."""
+    try:
+        found = tasks.get_task(spec.name) if isinstance(spec, tasks.TaskSpec) else tasks.get_reward(spec.name)
+    except TaskError:
+        return False
+    return found is spec
 
 
 def _installed(spec: losses.LossSpec) -> bool:

@@ -291,7 +291,6 @@ def test_the_sampled_metrics_grade_with_eval_sampled_grader(monkeypatch):
 
     samples = ["so 3 + 4 = 7\n#### 7", "the answer is 7", "#### 8"]  # strict 1 of 3, flexible 2 of 3
     monkeypatch.setattr(E, "generate", lambda model, tok, prompts, **kw: [samples for _ in prompts])
-    monkeypatch.setattr(E, "format_prompt", lambda tok, q: q)
     monkeypatch.setattr(E, "eval_batch_size", lambda cfg, model: 8)
     monkeypatch.setattr(E, "eval_backend", lambda cfg, model: "hf")
     rows = [{"question": "3 + 4?", "answer": "3 + 4 = 7\n#### 7"}] * 2

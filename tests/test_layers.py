@@ -83,7 +83,7 @@ def test_at_most_eight_modules_at_the_package_root():
 
 
 def test_the_check_sees_an_import():
-    assert "oxbench.text.formatting" in imports("oxbench.eval")[str(Path("oxbench/eval/evaluate.py"))]
+    assert "oxbench.text.generation" in imports("oxbench.eval")[str(Path("oxbench/eval/evaluate.py"))]
 
 
 def test_the_runner_keeps_only_the_cells_life():

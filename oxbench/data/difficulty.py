@@ -17,8 +17,7 @@ import random
 from pathlib import Path
 
 from oxbench.config import SUBSETS, RunConfig
-from oxbench.tasks.grading import is_correct
-from oxbench.text.formatting import format_prompt
+from oxbench.tasks import get_task
 from oxbench.utils import cache_hit, cache_root, content_hash, progress, write_json_atomic
 
 # (the decoder is imported where it samples: the grid process reads settings() and difficulty_path()
@@ -64,7 +63,7 @@ def measure(
     from oxbench.text import decode
     from oxbench.text.generation import sample
 
-    s = settings(cfg)
+    s, task = settings(cfg), get_task(cfg.task.name)
     backend = "lean" if decode.supports(model) else "hf"
     per_batch = max(1, 256 // s["k"])
     counts: dict[str, int] = {}
@@ -74,7 +73,7 @@ def measure(
         groups = sample(
             model,
             tokenizer,
-            [format_prompt(tokenizer, r["question"]) for r in chunk],
+            [task.prompt(tokenizer, r["question"]) for r in chunk],
             max_new_tokens=s["max_new_tokens"],
             temperature=s["temperature"],
             num_return_sequences=s["k"],
@@ -84,35 +83,44 @@ def measure(
         )
         for r, group in zip(chunk, groups):
             texts = tokenizer.batch_decode([g.completion_ids for g in group], skip_special_tokens=True)
-            counts[r["id"]] = sum(is_correct(t, r["answer"], mode=s["grader"]) for t in texts)
+            counts[r["id"]] = sum(task.grade(t, r["answer"], s["grader"]) for t in texts)
     write_json_atomic(path, {"settings": s, "backend": backend, "correct": counts}, sealed=True)
     return counts
 
 
-def in_bin(correct: int, k: int, name: str) -> bool:
-    lo, hi = SUBSETS[name]
+def bins_of(task: str) -> dict[str, tuple[float, float]]:
+    """The difficulty bins ``data.subset`` may name for ``task``: IsoCompute's and the task's own."""
+    return {**SUBSETS, **get_task(task).bins}
+
+
+def in_bin(correct: int, k: int, name: str, bins: dict | None = None) -> bool:
+    lo, hi = (bins or SUBSETS)[name]
     return lo <= correct / k <= hi
 
 
-def select(rows: list[dict], correct: dict[str, int], subset, k: int, *, seed: int = 0) -> list[dict]:
-    """The rows in ``subset`` (a bin name, or ``{bin: share}``), in their original order.
+def select(
+    rows: list[dict], correct: dict[str, int], subset, k: int, *, seed: int = 0, bins: dict | None = None
+) -> list[dict]:
+    """The rows in ``subset`` (a bin name, or ``{bin: share}``, of ``bins``: IsoCompute's by default,
+    :func:`bins_of` a task), in their original order.
 
     A mixture keeps the shares exactly: the largest total the bins can fill, each bin's rows drawn
     at random (``seed``). Raises :class:`SubsetError` when nothing is selected."""
     shares = {subset: 1.0} if isinstance(subset, str) else dict(subset)
-    bins = {
-        name: [r for r in rows if r["id"] in correct and in_bin(correct[r["id"]], k, name)] for name in shares
+    chosen = {
+        name: [r for r in rows if r["id"] in correct and in_bin(correct[r["id"]], k, name, bins)]
+        for name in shares
     }
-    empty = [name for name, members in bins.items() if not members]
+    empty = [name for name, members in chosen.items() if not members]
     if empty:
         hist = histogram(correct, k)
         raise SubsetError(
             f"data.subset {empty[0]!r} selects no problems of {len(rows)} (base avg@{k} counts: {hist})"
         )
-    total = min(len(bins[name]) / share for name, share in shares.items())
+    total = min(len(chosen[name]) / share for name, share in shares.items())
     rng, keep = random.Random(seed), set()
     for name, share in shares.items():
-        members = list(bins[name])
+        members = list(chosen[name])
         rng.shuffle(members)
         keep.update(r["id"] for r in members[: max(1, int(total * share))])
     return [r for r in rows if r["id"] in keep]

@@ -45,10 +45,13 @@ def self_play(
     cache_key: dict,
     grader: str = "strict",
     verbose: bool = True,
+    prompt=format_prompt,
+    grade=is_correct,
 ) -> dict:
     """``{"samples": [{"id", "question", "answer", "completions", "scores"}], "key": ...}``, cached.
     ``grader`` scores the samples; the strict one, the reference study's, keeps the key it had before
-    the setting existed."""
+    the setting existed. ``prompt(tokenizer, question)`` and ``grade(completion, answer, grader)`` are the
+    task's (:class:`~oxbench.tasks.registry.TaskSpec`; ``cache_key`` names the task)."""
     key = content_hash(
         {
             "v": SELF_PLAY_VERSION,
@@ -65,7 +68,7 @@ def self_play(
     path = self_play_path(key)
     if cache_hit(path):
         return json.loads(path.read_text())
-    prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
+    prompts = [prompt(tokenizer, r["question"]) for r in rows]
     outs = generate(
         model,
         tokenizer,
@@ -77,21 +80,23 @@ def self_play(
         generator_seed=seed,
         progress_label=f"self-play: {len(rows)} prompts x {k} samples" if verbose else None,
     )
-    samples = []
-    for r, comps in zip(rows, outs):
-        scores = [float(is_correct(c, r["answer"], mode=grader)) for c in comps]
-        samples.append(
-            {
-                "id": r["id"],
-                "question": r["question"],
-                "answer": r["answer"],
-                "completions": comps,
-                "scores": scores,
-            }
-        )
-    result = {"key": key, "samples": samples}
+    result = {"key": key, "samples": scored_samples(rows, outs, grade, grader)}
     write_json_atomic(path, result, sealed=True)
     return result
+
+
+def scored_samples(rows: list[dict], outs: list[list[str]], grade, grader: str) -> list[dict]:
+    """Each row's sampled completions and their scores (``grade(completion, answer, grader)``)."""
+    return [
+        {
+            "id": r["id"],
+            "question": r["question"],
+            "answer": r["answer"],
+            "completions": comps,
+            "scores": [float(grade(c, r["answer"], grader)) for c in comps],
+        }
+        for r, comps in zip(rows, outs)
+    ]
 
 
 def preference_pairs(samples: list[dict], *, chosen_source: str = "self_play") -> tuple[list[dict], dict]:

@@ -7,7 +7,7 @@ import random
 
 from oxbench.config import RunConfig
 from oxbench.data import difficulty
-from oxbench.tasks import load_task_split
+from oxbench.tasks import get_task, load_task_split
 
 
 def train_rows(cfg: RunConfig, n: int | None) -> list[dict]:
@@ -29,8 +29,8 @@ def train_rows(cfg: RunConfig, n: int | None) -> list[dict]:
 def _graded_validation(cfg: RunConfig) -> set[str]:
     """The questions of the validation rows a run is evaluated on (``eval.split: validation``, a tune's
     cells) where they share a file with the train split (GSM8K: its end), so no run trains on them."""
-    if cfg.eval.split != "validation" or cfg.task.name == "arith":  # arith's validation lies outside its pool
-        return set()
+    if cfg.eval.split != "validation" or not get_task(cfg.task.name).validation_in_train:
+        return set()  # (arith's validation lies outside its pool)
     rows = load_task_split(cfg.task.model_dump(), "validation", n=cfg.eval.n_test, seed=0)
     return {r["question"] for r in rows}
 
@@ -39,8 +39,8 @@ def online_prompts(cfg: RunConfig) -> list[dict]:
     """The online prompt pool: ``online.n_prompts`` of the train split (:func:`train_rows`), without the
     validation rows (GSM8K's validation split is the end of its train file)."""
     prompts = train_rows(cfg, cfg.online.n_prompts)
-    if cfg.eval.every is None or cfg.task.name == "arith":  # arith's validation lies outside its pool
-        return prompts
+    if cfg.eval.every is None or not get_task(cfg.task.name).validation_in_train:
+        return prompts  # (arith's validation lies outside its pool)
     held = {r["question"] for r in validation_pool(cfg)}
     return [r for r in prompts if r["question"] not in held]
 
@@ -58,5 +58,6 @@ def validation_rows(cfg: RunConfig, correct: dict | None) -> list[dict]:
     prompts when ``data.subset`` is set (picked from ``eval.val_pool`` times as many candidates)."""
     pool = validation_pool(cfg)
     if correct is not None:
-        pool = difficulty.select(pool, correct, cfg.data.subset, cfg.data.difficulty_k)
+        bins = difficulty.bins_of(cfg.task.name)
+        pool = difficulty.select(pool, correct, cfg.data.subset, cfg.data.difficulty_k, bins=bins)
     return pool[: cfg.eval.n_val]

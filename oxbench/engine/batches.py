@@ -19,15 +19,18 @@ from oxbench.text.formatting import format_completion, format_prompt
 ROLES = {"sft": ("main",), "pairs": ("chosen", "rejected"), "unpaired": ("main", "kl")}
 
 
-def encode_examples(kind: str, rows: list[dict], tokenizer, max_len: int, *, kl_seed: int = 0) -> list[dict]:
-    """Tokenise rows of one data kind into role sequences."""
+def encode_examples(
+    kind: str, rows: list[dict], tokenizer, max_len: int, *, kl_seed: int = 0, prompt=format_prompt
+) -> list[dict]:
+    """Tokenise rows of one data kind into role sequences, each question's prompt written by ``prompt``
+    (the task's format, :class:`~oxbench.tasks.registry.TaskSpec`)."""
 
     def enc(row, completion):
         if "prompt" in row:  # a data file's row (oxbench.data.formats): prompt and completion are text
             return encode_pair(tokenizer, row["prompt"], completion, max_len)
         return encode_pair(
             tokenizer,
-            format_prompt(tokenizer, row["question"]),
+            prompt(tokenizer, row["question"]),
             format_completion(tokenizer, completion),
             max_len,
         )

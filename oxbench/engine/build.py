@@ -26,6 +26,7 @@ from oxbench.engine.plan import Capabilities, RunPlan
 from oxbench.engine.reference import LiveReference
 from oxbench.engine.rollout import RolloutWorker, vllm_options
 from oxbench.engine.sources import Rounds, make_source
+from oxbench.tasks import get_task
 from oxbench.tasks.grading import is_correct
 from oxbench.text import decode
 
@@ -68,7 +69,10 @@ def _offline(
     the loss reads, is a frozen live copy; a fixed one is the initial policy's log-probs, cached once."""
     cfg, caps, run, t, start = plan.cfg, plan.caps, plan.run_id, plan.cfg.train, time.time()
     accum = resumed_accum(ckpt, plan.micro_batches, run)
-    examples = encode_examples(caps.data, rows, tokenizer, cfg.data.max_len, kl_seed=plan.seeds["data"])
+    prompt = get_task(cfg.task.name).prompt
+    examples = encode_examples(
+        caps.data, rows, tokenizer, cfg.data.max_len, kl_seed=plan.seeds["data"], prompt=prompt
+    )
     if not examples:
         raise RuntimeError(f"run {run}: no training examples for data kind {caps.data!r}")
     source = make_source(plan, examples=examples, grad_accum=accum)
@@ -137,6 +141,7 @@ def _online_learner(plan: RunPlan, engine, tokenizer, live_ref, worker, paths: d
         ess_lr_base=o.ess_lr_base,
         share_prompt=paths["online.share_prompt"],
         caps=plan.caps,
+        prompt=worker.prompt,
     )
 
 
@@ -195,7 +200,10 @@ def _online(
     paths = fast_paths(o, plan.caps, lm)
     # async: the producer samples on a copy of its own (its vLLM server too); the learner's copy never does
     backend = "hf" if plan.source == "async" else paths["online.backend"]
-    worker = RolloutWorker(lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o), backend=backend)
+    prompt = get_task(cfg.task.name).prompt
+    worker = RolloutWorker(
+        lm, tokenizer, max_len=cfg.data.max_len, vllm=vllm_options(o), backend=backend, prompt=prompt
+    )
     engine = build_engine(model, cfg, o.rounds * o.inner_epochs, grad_accum=plan.micro_batches)
     learner = _online_learner(plan, engine, tokenizer, live_ref, worker, paths)
     source = _online_source(plan, prompts, worker, engine, paths, live_ref, reward_fn)

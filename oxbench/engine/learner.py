@@ -25,6 +25,7 @@ the loss's state (:class:`LossState`) and, after the step, moves a reference tha
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -137,6 +138,7 @@ class Learner:
     diagnostics: dict = field(default_factory=dict)  # the last update's batch diagnostics
     _prev_grad: torch.Tensor | None = None  # the last step's gradient sketch (diagnostics.grad_sketch)
     caps: Capabilities | None = None  # the run plan's (None: derived from the spec, as the plan does)
+    prompt: Callable = format_prompt  # the task's prompt format (a gold chosen answer's prompt)
 
     def __post_init__(self):
         self.state = self.state or LossState(self.spec)
@@ -360,7 +362,13 @@ class Learner:
         """(LossInputs, diagnostics, tied) for micro-batch ``m``."""
         if self.caps.own_pairs:
             inputs, tied = pair_inputs(
-                self.spec, self.engine, self.live_ref, prep.parts[m], self.tokenizer, self.max_len
+                self.spec,
+                self.engine,
+                self.live_ref,
+                prep.parts[m],
+                self.tokenizer,
+                self.max_len,
+                self.prompt,
             )
             return inputs, {"skipped_tied": float(tied)}, tied
         batch, old = prep.batches[m]
@@ -425,9 +433,10 @@ def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
     return float((ent * mask).sum() / mask.sum().clamp(min=1))
 
 
-def pair_examples(spec, part, tokenizer, max_len: int) -> list[dict]:
+def pair_examples(spec, part, tokenizer, max_len: int, prompt=format_prompt) -> list[dict]:
     """One pair example per group with a preference, in sampled ids: best vs worst sample
-    (``self_play``; a group whose rewards all tie has none) or gold vs a wrong sample (``gold``)."""
+    (``self_play``; a group whose rewards all tie has none) or gold vs a wrong sample (``gold``, its prompt
+    written by ``prompt``, the task's format)."""
     by_group: dict[int, list] = {}
     for r in part:
         by_group.setdefault(r.group, []).append(r)
@@ -435,7 +444,7 @@ def pair_examples(spec, part, tokenizer, max_len: int) -> list[dict]:
     for g, rs in by_group.items():
         if spec.chosen_source == "gold":
             gold = format_completion(tokenizer, rs[0].answer)
-            chosen = encode_pair(tokenizer, format_prompt(tokenizer, rs[0].question), gold, max_len)
+            chosen = encode_pair(tokenizer, prompt(tokenizer, rs[0].question), gold, max_len)
             rejected = next((r for r in rs if not r.reward), rs[0]).sequence(max_len)
         else:
             best, worst = max(rs, key=lambda r: r.reward), min(rs, key=lambda r: r.reward)
@@ -446,7 +455,9 @@ def pair_examples(spec, part, tokenizer, max_len: int) -> list[dict]:
     return examples
 
 
-def pair_inputs(spec, engine, live_ref, part, tokenizer, max_len: int) -> tuple[LossInputs, bool]:
+def pair_inputs(
+    spec, engine, live_ref, part, tokenizer, max_len: int, prompt=format_prompt
+) -> tuple[LossInputs, bool]:
     """(LossInputs, tied) for one micro-batch of a method that makes its own pairs.
 
     ``tied``: no group has a preference (every reward equal). The forward still runs, on one sample
@@ -455,7 +466,7 @@ def pair_inputs(spec, engine, live_ref, part, tokenizer, max_len: int) -> tuple[
     micro-batches and ranks) and logs only ``skipped_tied: 1``. Skipping the optimizer step instead would
     need every micro-batch of every rank tied at once, or drop the pairs the others have.
     """
-    examples = pair_examples(spec, part, tokenizer, max_len)
+    examples = pair_examples(spec, part, tokenizer, max_len, prompt)
     tied = not examples
     if tied:
         seq = part[0].sequence(max_len)

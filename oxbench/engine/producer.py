@@ -32,7 +32,9 @@ def produce(model, tokenizer, shared, version, lock, queue, stop, job: RoundPlan
     from oxbench.engine.rollout import RolloutWorker
 
     torch.set_num_threads(job.threads)
-    worker = RolloutWorker(model, tokenizer, max_len=job.max_len, backend=job.backend, vllm=job.vllm)
+    worker = RolloutWorker(
+        model, tokenizer, max_len=job.max_len, backend=job.backend, vllm=job.vllm, prompt=job.prompt
+    )
     try:
         for rnd in range(job.first_round, len(job.rounds)):  # a resumed run starts later
             rows = job.rounds[rnd]

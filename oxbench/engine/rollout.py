@@ -81,12 +81,22 @@ class RolloutWorker:
     """The rollout copy of the policy. ``vllm``: the vLLM server's placement (``placement``, ``devices``,
     ``memory``: :class:`~oxbench.engine.vllm_client.VllmEngine`'s keywords) for backend ``vllm``."""
 
-    def __init__(self, model, tokenizer, *, max_len: int, backend: str = "hf", vllm: dict | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        max_len: int,
+        backend: str = "hf",
+        vllm: dict | None = None,
+        prompt=format_prompt,
+    ):
         self.source = model  # the live policy LM the learner trains, which :meth:`pull` copies from
         self.model, self.backend = placement.place(copy.deepcopy(model).eval()), backend
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer, self.max_len, self.version = tokenizer, max_len, -1
+        self.prompt = prompt  # the task's prompt format: prompt(tokenizer, question) -> text
         # weight syncs since take_sync_stats: time (the gather, the copy in, and to a vLLM server) and
         # the bytes copied into this copy
         self.sync_seconds, self.sync_bytes = 0.0, 0
@@ -192,7 +202,7 @@ class RolloutWorker:
         group_offset: int = 0,
     ) -> list[Rollout]:
         """``n`` samples per row, each with its ids, behaviour log-probs, text and reward."""
-        prompts = [format_prompt(self.tokenizer, r["question"]) for r in rows]
+        prompts = [self.prompt(self.tokenizer, r["question"]) for r in rows]
         samples = self._sample(prompts, n, temperature, max_new_tokens, seed)
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):

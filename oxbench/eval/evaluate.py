@@ -20,10 +20,10 @@ from __future__ import annotations
 from math import comb
 
 from oxbench.config import RunConfig
-from oxbench.tasks import chance_accuracy, load_task_split, verify_working
-from oxbench.tasks.grading import is_correct
+from oxbench.tasks import get_task, load_task_split, verify_working
+from oxbench.tasks.errors import TaskError
+from oxbench.tasks.registry import reserved_metric
 from oxbench.text import decode
-from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import generate
 from oxbench.text.streams import problem_key
 
@@ -48,9 +48,24 @@ def test_rows(cfg: RunConfig) -> list[dict]:
 
 
 def ood_rows(cfg: RunConfig) -> list[dict]:
-    if cfg.task.name != "arith" or not cfg.task.ood:
+    """The out-of-distribution variant's test rows, for a task that has one (``arith``)."""
+    ood = get_task(cfg.task.name).ood
+    if ood is None or not cfg.task.ood:
         return []
-    return load_task_split({**cfg.task.model_dump(), "name": "arith_ood"}, "test", n=cfg.eval.n_ood, seed=0)
+    return load_task_split(ood(cfg.task.model_dump()), "test", n=cfg.eval.n_ood, seed=0)
+
+
+def task_metrics(cfg: RunConfig, rows: list[dict], completions: list[str]) -> dict:
+    """The task's own evaluation metrics (its spec's ``metrics``) of the greedy completions of ``rows``;
+    a name the evaluator already writes is an error."""
+    spec = get_task(cfg.task.name)
+    if spec.metrics is None:
+        return {}
+    out = dict(spec.metrics(rows, completions))
+    taken = [k for k in out if reserved_metric(k)]
+    if taken:
+        raise TaskError(f"task {spec.name!r}: metric {taken[0]!r} is one the evaluator writes")
+    return out
 
 
 def eval_backend(cfg: RunConfig, model) -> str:
@@ -85,12 +100,13 @@ def eval_batch_size(cfg: RunConfig, model) -> int:
 def greedy_completions(model, tokenizer, rows: list[dict], cfg: RunConfig, progress: str | None) -> list[str]:
     """One greedy completion per row (``eval.max_new_tokens``, :func:`eval_batch_size`, the evaluation's
     decoder); ``progress`` labels the progress lines (None: silent)."""
+    prompt = get_task(cfg.task.name).prompt
     return [
         o[0]
         for o in generate(
             model,
             tokenizer,
-            [format_prompt(tokenizer, r["question"]) for r in rows],
+            [prompt(tokenizer, r["question"]) for r in rows],
             max_new_tokens=cfg.eval.max_new_tokens,
             batch_size=eval_batch_size(cfg, model),
             progress_label=progress,
@@ -101,12 +117,12 @@ def greedy_completions(model, tokenizer, rows: list[dict], cfg: RunConfig, progr
 
 def greedy_outcomes(model, tokenizer, rows: list[dict], cfg: RunConfig, label: str | None = None) -> dict:
     """Greedy completions of ``rows`` and, per problem, strict, flexible and verified correctness."""
-    task = cfg.task.model_dump()
+    task, grade = cfg.task.model_dump(), get_task(cfg.task.name).grade
     greedy = greedy_completions(
         model, tokenizer, rows, cfg, label and f"{label}: greedy, {len(rows)} problems"
     )
-    strict = [is_correct(c, r["answer"], mode="strict") for c, r in zip(greedy, rows)]
-    flexible = [is_correct(c, r["answer"], mode="flexible") for c, r in zip(greedy, rows)]
+    strict = [grade(c, r["answer"], "strict") for c, r in zip(greedy, rows)]
+    flexible = [grade(c, r["answer"], "flexible") for c, r in zip(greedy, rows)]
     working = [verify_working(task, c, r["answer"]) for c, r in zip(greedy, rows)]
     verified = [None if w is None else bool(s and w) for s, w in zip(strict, working)]
     return {
@@ -146,12 +162,14 @@ def evaluate(
     model, tokenizer, cfg: RunConfig, *, seed: int, label: str | None = None
 ) -> tuple[dict, list[dict]]:
     """(metrics, per-problem outcomes) for one trained model; ``label`` prints progress lines."""
-    e = cfg.eval
+    e, spec = cfg.eval, get_task(cfg.task.name)
     rows = test_rows(cfg)
     task = cfg.task.model_dump()
     g = greedy_outcomes(model, tokenizer, rows, cfg, label)
     greedy, strict, flexible, verified = g["completions"], g["strict"], g["flexible"], g["verified"]
-    metrics = {**greedy_metrics(g), "chance": chance_accuracy(task, rows), "n_test": len(rows)}
+    chance = spec.chance(task, rows) if spec.chance else None
+    metrics = {**greedy_metrics(g), "chance": chance, "n_test": len(rows)}
+    metrics.update(task_metrics(cfg, rows, greedy))
     outcomes = [
         {
             "id": r["id"],
@@ -166,16 +184,16 @@ def evaluate(
     ood = ood_rows(cfg)
     if ood:
         comps = greedy_completions(model, tokenizer, ood, cfg, label and f"{label}: OOD, {len(ood)} problems")
-        ok = [is_correct(c, r["answer"]) for c, r in zip(comps, ood)]
+        ok = [spec.grade(c, r["answer"]) for c, r in zip(comps, ood)]
         metrics["ood_accuracy"] = sum(ok) / len(ood)
-        metrics["ood_chance"] = chance_accuracy({**task, "name": "arith_ood"}, ood)
+        metrics["ood_chance"] = spec.chance(spec.ood(task), ood) if spec.chance else None
         metrics["n_ood"] = len(ood)
         outcomes += [
             {
                 "id": r["id"],
                 "split": "ood",
                 "correct": s,
-                "correct_flexible": is_correct(c, r["answer"], "flexible"),
+                "correct_flexible": spec.grade(c, r["answer"], "flexible"),
                 "completion": c,
             }
             for r, s, c in zip(ood, ok, comps)
@@ -201,9 +219,9 @@ def sampled_metrics(
     label: str | None = None,
     per_problem: bool = False,
 ) -> dict:
-    e = cfg.eval
+    e, spec = cfg.eval, get_task(cfg.task.name)
     n, k = max(e.n_samples, e.k), e.k
-    prompts = [format_prompt(tokenizer, r["question"]) for r in rows]
+    prompts = [spec.prompt(tokenizer, r["question"]) for r in rows]
     outs = generate(
         model,
         tokenizer,
@@ -220,7 +238,7 @@ def sampled_metrics(
         else None,
     )
     counts = [
-        sum(is_correct(c, r["answer"], e.sampled_grader) for c in comps) for comps, r in zip(outs, rows)
+        sum(spec.grade(c, r["answer"], e.sampled_grader) for c in comps) for comps, r in zip(outs, rows)
     ]
     m = len(rows)
     return {

@@ -18,6 +18,7 @@ from oxbench.engine.plan import RunPlan, resolve
 from oxbench.eval.evaluate import evaluate
 from oxbench.grid.shared import prepared_marker
 from oxbench.models.loading import base_model_path, load_model
+from oxbench.tasks import get_task
 from oxbench.utils import cache_hit, cache_root, content_hash, write_json_atomic
 
 
@@ -111,7 +112,8 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
         if cfg.data.subset is None:
             return prompts, {"prompts": len(prompts)}
         correct = measured_difficulty(cfg, model, tok, base_key, verbose)
-        chosen = difficulty.select(prompts, correct, cfg.data.subset, cfg.data.difficulty_k)
+        bins = difficulty.bins_of(cfg.task.name)
+        chosen = difficulty.select(prompts, correct, cfg.data.subset, cfg.data.difficulty_k, bins=bins)
         hist = difficulty.histogram({r["id"]: correct[r["id"]] for r in prompts}, cfg.data.difficulty_k)
         return chosen, {
             "prompts": len(chosen),
@@ -122,7 +124,7 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
     train = train_rows(cfg, cfg.data.n_train)
     if not plan.caps.self_play_data:
         return pipeline.gold_rows(train), {"examples": len(train), "source": "gold"}
-    d = cfg.data
+    d, task = cfg.data, get_task(cfg.task.name)
     sp = on_main_first(
         lambda: pipeline.self_play(
             model,
@@ -135,6 +137,8 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
             cache_key={**base_key, "task": cfg.task.hash_view()},
             grader=d.self_play_grader,
             verbose=verbose,
+            prompt=task.prompt,
+            grade=task.grade,
         )
     )
     pairs, stats = pipeline.preference_pairs(sp["samples"], chosen_source=d.chosen_source)

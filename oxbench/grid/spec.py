@@ -401,7 +401,7 @@ def _cell(grid: GridFile, values: dict, arm_keys: list[str], checks: list, where
         return None
     if over:
         raise GridError(over)
-    if cfg.eval.split == "confirm" and (not grid.confirmatory or cfg.task.name != "arith"):
+    if cfg.eval.split == "confirm" and (not grid.confirmatory or not _has_confirm_split(cfg.task.name)):
         why = LOCKED if not grid.confirmatory else f"task {cfg.task.name} has no locked confirmation split"
         raise GridError(f"{cell}: field 'eval.split': {why}")
     validate_cell(cfg, cell)
@@ -586,8 +586,11 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
             _check_gsm8k(
                 json.dumps(task.model_dump(), sort_keys=True), _file_state(task.path, task.test_path)
             )
-        else:
+        elif cfg.task.name == "arith":
             _check_arith_sizes(cfg.task.n_ops, cfg.task.max_operand, cfg.data.n_train, cfg.eval.n_test)
+        else:  # a plugin task: its train and test splits load, once per task and data file state
+            task = cfg.task
+            _check_task(json.dumps(task.model_dump(), sort_keys=True), _file_state(task.path, task.test_path))
         if cfg.data.path is not None:
             kind = "online" if plan.caps.online else plan.caps.data
             _check_data_file(cfg.data.path, _file_state(cfg.data.path), kind)
@@ -648,6 +651,23 @@ def _check_data_file(path: str, state: tuple, kind: str) -> None:
         formats.check(path, kind)
     except TaskError as exc:
         raise type(exc)(f"field 'data.path': {exc}") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _check_task(task: str, state: tuple) -> None:
+    """A plugin task's train and test rows loaded and checked (:func:`oxbench.tasks.registry.load_rows`)."""
+    from oxbench.tasks import load_task_split
+    from oxbench.tasks.errors import TaskError
+
+    for split in ("train", "test"):
+        if not load_task_split(json.loads(task), split, n=1):
+            raise TaskError(f"task {json.loads(task)['name']!r}: its {split!r} split has no rows")
+
+
+def _has_confirm_split(task: str) -> bool:
+    from oxbench.tasks import get_task
+
+    return "confirm" in get_task(task).splits
 
 
 @functools.lru_cache(maxsize=64)

@@ -38,6 +38,8 @@ def pretrain_config(cfg: RunConfig):
         task = {"name": "arith", "n_ops": p.task.n_ops, "max_operand": p.task.max_operand}
     elif cfg.task.name != "arith":
         task["path"] = cfg.task.path
+        if cfg.task.options:  # a plugin task's settings (none: the key a GSM8K base always had)
+            task["options"] = cfg.task.options
     return PretrainConfig(
         scale=cfg.model.name,
         updates=p.updates,

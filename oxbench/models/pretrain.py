@@ -30,7 +30,7 @@ from oxbench.config import renamed
 from oxbench.models.tiny import build_tiny
 from oxbench.models.tokenizer import build_char_tokenizer
 from oxbench.text.batching import collate, encode_pair, token_logps
-from oxbench.text.formatting import format_completion, format_prompt
+from oxbench.text.formatting import format_completion
 from oxbench.utils import (
     cache_hit,
     cache_root,
@@ -131,10 +131,11 @@ def _pretrain(cfg: PretrainConfig, out: Path, verbose: bool) -> Path:
     tok = build_char_tokenizer()
     torch.manual_seed(cfg.seed)
     model = build_tiny(cfg.scale, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    rows = pretraining_rows(cfg)
+    from oxbench.tasks import get_task
+
+    rows, prompt = pretraining_rows(cfg), get_task(cfg.task["name"]).prompt
     seqs = [
-        encode_pair(tok, format_prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512)
-        for r in rows
+        encode_pair(tok, prompt(tok, r["question"]), format_completion(tok, r["answer"]), 512) for r in rows
     ]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(

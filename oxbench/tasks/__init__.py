@@ -1,12 +1,24 @@
 """Tasks: the procedural ``arith`` task (in- and out-of-distribution, and its harder variant), GSM8K-format
-files, and the general-domain families of :mod:`oxbench.tasks.general`."""
+files, the general-domain families of :mod:`oxbench.tasks.general`, and plugin tasks: every task is a
+:class:`TaskSpec` of the registry (:mod:`oxbench.tasks.registry`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
-from oxbench.tasks import arith
+from oxbench.tasks.registry import (
+    RewardSpec,
+    TaskSpec,
+    default_data_files,
+    get_reward,
+    get_task,
+    load_rows,
+    reward_names,
+    task_names,
+)
+
+__all__ = ["RewardSpec", "TaskSpec", "get_reward", "get_task", "reward_names", "task_names"]
 
 
 def load_task_split(
@@ -21,59 +33,22 @@ def load_task_split(
     """Rows ``{"question", "answer", "id"}`` of one split of the task described by ``task``.
 
     ``task`` is a dict (``TaskConfig.model_dump()``): ``{"name": "arith", "n_ops", "max_operand"}``,
-    ``{"name": "arith_ood", ...}`` or ``{"name": "gsm8k", "path": ..., "test_path": ...}``: ``path`` is a
-    directory holding ``train``/``test`` files, a Hub id, or the train file (then ``test_path`` is the
-    test file). ``local_only`` validates local files and skips Hub ids (no network).
+    ``{"name": "arith_ood", ...}``, ``{"name": "gsm8k", "path": ..., "test_path": ...}`` (``path`` is a
+    directory holding ``train``/``test`` files, a Hub id, or the train file; then ``test_path`` is the
+    test file) or a plugin task's (:mod:`oxbench.tasks.registry`). ``local_only`` validates local files
+    and skips Hub ids (no network); ``distinct=False`` draws with repetition (pre-training, ``arith``).
     """
-    name = task["name"]
-    if name in ("arith", "arith_ood"):
-        variant = "ood" if name == "arith_ood" else "id"
-        return arith.generate(
-            split,
-            n,
-            seed=seed,
-            n_ops=task.get("n_ops", 2),
-            max_operand=task.get("max_operand", 30),
-            variant=variant,
-            distinct=distinct,
-        )
-    if name == "gsm8k":
-        from pathlib import Path
-
-        from oxbench.tasks.errors import TaskError
-        from oxbench.tasks.gsm8k import _looks_like_path, load_gsm8k
-
-        if split == "confirm":
-            raise TaskError(
-                "eval.split: gsm8k has no locked confirmation split (its test file is public); hold back "
-                "problems of your own as task.test_path of a confirmatory grid"
-            )
-        if split == "validation":  # the last n problems of the train file (online prompts exclude them)
-            rows = load_task_split(task, "train", local_only=local_only)
-            return [{**r, "id": f"validation-{r['id']}"} for r in rows[len(rows) - min(n or 0, len(rows)) :]]
-        source = task.get("test_path") if split == "test" and task.get("test_path") else task["path"]
-        if Path(source).is_file() and split == "test" and not task.get("test_path"):
-            raise TaskError(f"task.path {source} is a single file: give task.test_path for the test split")
-        if local_only and not Path(source).exists() and not _looks_like_path(source):
-            return []
-        return load_gsm8k(source, split=split, limit=n)
-    raise ValueError(f"unknown task {name!r}")
+    spec = get_task(task["name"])
+    if task["name"] in ("arith", "arith_ood", "gsm8k"):  # the built-ins' loaders take every option
+        return spec.load(split, n=n, seed=seed, task=task, distinct=distinct, local_only=local_only)
+    return load_rows(spec, task, split, n=n, seed=seed)
 
 
 def data_files(task: dict) -> dict[str, Path]:
     """The local files a task's rows come from, by split (``train``, ``test``): what a record
     fingerprints. None for generated tasks (arith) and Hub ids."""
-    from oxbench.tasks.gsm8k import split_file
-
-    if task["name"] != "gsm8k" or not task.get("path"):
-        return {}
-    out = {}
-    for split in ("train", "test"):
-        source = task.get("test_path") if split == "test" and task.get("test_path") else task["path"]
-        path = split_file(Path(source), split)
-        if path is not None:
-            out[split] = path
-    return out
+    spec = get_task(task["name"])
+    return (spec.data_files or default_data_files)(task)
 
 
 HARD_EXTRA_OPS = 2  # the harder in-domain task (the MATH analogue): this many more operations per problem
@@ -89,10 +64,9 @@ def hard_task(task: dict) -> dict:
 
 def verify_working(task: dict, completion: str, answer: str) -> bool | None:
     """Whether every line of a completion's working is right, for tasks whose working can be
-    checked (``arith``); ``None`` for the others (GSM8K's prose cannot be)."""
-    if task["name"] in ("arith", "arith_ood"):
-        return arith.working_is_correct(completion, answer)
-    return None
+    checked (``arith``: its spec's ``verify``); ``None`` for the others (GSM8K's prose cannot be)."""
+    verify = get_task(task["name"]).verify
+    return None if verify is None else verify(completion, answer)
 
 
 def chance_accuracy(task: dict, test_rows: list[dict], *, n_train: int = 5000) -> float:

@@ -13,6 +13,9 @@ import hashlib
 import random
 
 from oxbench.tasks.grading import is_correct
+from oxbench.tasks.registry import TaskSpec
+
+BUILTIN_TASKS = ("arith", "gsm8k")  # graded by is_correct, rewarded as before tasks were plugins
 
 
 def random_reward(completion: str, answer: str) -> float:
@@ -31,22 +34,29 @@ class ShuffledReward:
 
     group_wise = True
 
-    def __init__(self, mode: str):
-        self.mode = mode
+    def __init__(self, mode: str, grade=None):
+        self.mode, self.grade = mode, grade  # grade(completion, answer): a plugin task's grader
 
     def __call__(self, completions: list[str], answer: str) -> list[float]:
-        rewards = [float(is_correct(c, answer, mode=self.mode)) for c in completions]
+        if self.grade is None:
+            rewards = [float(is_correct(c, answer, mode=self.mode)) for c in completions]
+        else:
+            rewards = [float(self.grade(c, answer)) for c in completions]
         key = hashlib.sha256("\x00".join([answer, *completions]).encode()).hexdigest()
         random.Random(key).shuffle(rewards)
         return rewards
 
 
-def reward_function(grader: str):
+def reward_function(grader: str, task: TaskSpec | None = None):
+    """The reward of ``online.reward_grader``: a grader's verdict (the task's graders; the built-ins' are
+    :func:`~oxbench.tasks.grading.is_correct`), or a control built on it."""
     if grader == "random":
         return random_reward
+    plugin = task is not None and task.name not in BUILTIN_TASKS
     if grader.startswith("shuffled-"):
-        return ShuffledReward(grader.removeprefix("shuffled-"))
-    return functools.partial(is_correct, mode=grader)
+        mode = grader.removeprefix("shuffled-")
+        return ShuffledReward(mode, task.grader(mode)) if plugin else ShuffledReward(mode)
+    return task.grader(grader) if plugin else functools.partial(is_correct, mode=grader)
 
 
 def group_rewards(reward_fn, completions: list[str], answer: str) -> list[float]:

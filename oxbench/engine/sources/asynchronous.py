@@ -11,6 +11,7 @@ import torch
 
 from oxbench.engine.rollout import Rollout, vllm_options
 from oxbench.engine.sources.rollouts import RolloutSource, Rounds
+from oxbench.text.formatting import format_prompt
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class RoundPlan:
     vllm: dict | None  # the vLLM server's placement, for backend vllm
     threads: int
     first_round: int = 0  # a resumed run starts here
+    prompt: Callable = format_prompt  # the task's prompt format (the rollout worker's)
 
 
 class ProducerError(RuntimeError):
@@ -66,6 +68,7 @@ class AsyncSource(RolloutSource):
             vllm=vllm_options(o),
             threads=max(1, torch.get_num_threads() // 2),
             first_round=first_round,
+            prompt=self.worker.prompt,
         )
 
     def _start(self, first_round: int) -> None:
