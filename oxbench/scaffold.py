@@ -1,4 +1,5 @@
-"""``oxbench losses new NAME``: a new loss as an installable plugin package, in the house style.
+"""``oxbench losses new NAME``: a new loss as an installable plugin package, in the house style (and
+``oxbench tasks new NAME``: a new task, :func:`new_task`).
 
 It writes ``DIR/oxbench-NAME/`` with
 
@@ -121,4 +122,160 @@ def new_loss(name: str, directory: Path) -> Path:
     (root / f"oxbench_{name}" / "__init__.py").write_text(MODULE.substitute(words))
     (root / "tests" / f"test_{name}.py").write_text(TEST.substitute(words))
     (root / "pyproject.toml").write_text(PYPROJECT.substitute(words))
+    return root
+
+
+# ------------------------------------------------------------------------ oxbench tasks new NAME
+
+TASK_MODULE = Template('''"""${title}: spell a word backwards. A task plugin for oxbench: replace the data, the graders and the
+rewards with your own, keep the shapes (``oxbench tasks check ${name}`` says what a task must keep).
+
+* ``load``: the rows of one split, ``{"question", "answer", "id"}``: words of 3 to ``max_len`` letters
+  (``task.options.max_len``, 5 by default), each word's split decided by a hash of it, so no seed can put
+  a test word into training;
+* the graders (``completion, answer -> bool``): ``strict`` (``accuracy``): the first line is the answer;
+  ``flexible`` (``accuracy_flexible``): the answer anywhere;
+* the reward functions (TRL's ``reward_funcs`` shape: completions in, floats out), for
+  ``online.rewards``: ``letters``, the share of the answer's letters in place on the first line;
+* the evaluation metrics beside accuracy and pass@k: ``letters_in_place``;
+* a difficulty bin beside IsoCompute's, for ``data.subset``: ``sometimes`` (the base right in 10-90%).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import string
+
+from oxbench.tasks import TaskSpec
+from oxbench.text.formatting import PromptFormat
+
+SPLITS = ("train", "test", "validation")
+POOL = 2000  # rows of a split when the run asks for all of them
+
+
+def split_of(word: str) -> str:
+    """One word in five is a test word, one in five a validation word, by a hash of the word."""
+    digest = int(hashlib.sha256(word.encode()).hexdigest()[:8], 16) % 5
+    return "test" if digest == 0 else "validation" if digest == 1 else "train"
+
+
+def load(split: str, *, n: int | None = None, seed: int = 0, task: dict | None = None) -> list[dict]:
+    """The first ``n`` rows of ``split`` (None: :data:`POOL` of them), the same for the same arguments."""
+    longest = int(((task or {}).get("options") or {}).get("max_len", 5))
+    rng = random.Random(f"${name}/{split}/{seed}/{longest}")
+    want, rows, seen = POOL if n is None else n, [], set()
+    for _ in range(100 * want + 1000):
+        if len(rows) == want:
+            break
+        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, longest)))
+        if word in seen or split_of(word) != split:
+            continue
+        seen.add(word)
+        question, answer = f"Spell {word} backwards.", word[::-1]
+        rows.append({"question": question, "answer": answer, "id": f"${name}-{split}-{len(rows)}"})
+    return rows
+
+
+def first_line(completion: str) -> str:
+    return (completion.strip().splitlines() or [""])[0].strip()
+
+
+def exact(completion: str, answer: str) -> bool:
+    """strict: the completion's first line is the answer."""
+    return first_line(completion) == answer
+
+
+def anywhere(completion: str, answer: str) -> bool:
+    """flexible: the answer is somewhere in the completion."""
+    return answer in completion
+
+
+def letters(completions: list[str], answer: list[str], **columns) -> list[float]:
+    """The share of the answer's letters in their place on the first line (partial credit)."""
+    return [sum(x == y for x, y in zip(first_line(c), a)) / len(a) for c, a in zip(completions, answer)]
+
+
+def metrics(rows: list[dict], completions: list[str]) -> dict[str, float]:
+    """Evaluation metrics of the greedy completions of the test rows, beside accuracy."""
+    scores = letters(completions, [r["answer"] for r in rows])
+    return {"letters_in_place": sum(scores) / max(1, len(scores))}
+
+
+spec = TaskSpec(
+    name="${name}",
+    load=load,
+    graders={"strict": exact, "flexible": anywhere},
+    splits=SPLITS,
+    prompt=PromptFormat(
+        instruction="Answer with the word spelled backwards, alone on one line.",
+        plain="Question: {question}\\nAnswer: ",
+    ),
+    rewards={"letters": letters},
+    metrics=metrics,
+    bins={"sometimes": (0.1, 0.9)},
+    description="${title}: <one line on the task>",
+)
+''')
+
+TASK_TEST = Template('''"""${title}: the graders on hand-made cases, and the contract every task keeps."""
+
+from oxbench.tasks.check import check
+
+from oxbench_${name} import anywhere, exact, letters, load, spec
+
+
+def test_the_graders_on_hand_made_cases():
+    assert exact("olleh", "olleh") and exact(" olleh\\nand more", "olleh")
+    assert not exact("hello", "olleh") and not exact("", "olleh")
+    assert anywhere("it is olleh.", "olleh") and not anywhere("hello", "olleh")
+    assert letters(["olxxh", ""], ["olleh", "olleh"]) == [0.6, 0.0]
+
+
+def test_the_splits_are_disjoint_and_fixed():
+    train = {r["question"] for r in load("train", n=300)}
+    assert not train & {r["question"] for r in load("test", n=300)}
+    assert load("test", n=5) == load("test", n=5)
+
+
+def test_the_contract():
+    assert check(spec) == []
+''')
+
+TASK_PYPROJECT = Template("""[project]
+name = "oxbench-${dist}"
+version = "0.1.0"
+description = "${title}: a task for oxbench"
+requires-python = ">=3.10"
+dependencies = ["oxbench"]
+
+[project.entry-points."oxbench.tasks"]
+${name} = "oxbench_${name}:spec"
+
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[tool.setuptools]
+packages = ["oxbench_${name}"]
+""")
+
+
+def new_task(name: str, directory: Path) -> Path:
+    """Write the package for task ``name`` under ``directory``; its path. Refuses to overwrite."""
+    from oxbench.tasks import task_names
+
+    if not name.isidentifier() or not name.islower():
+        raise ValueError(f"task name {name!r} must be a lower-case Python identifier (e.g. my_task)")
+    if name in task_names():
+        raise ValueError(f"task name {name!r} is taken by a registered task (oxbench tasks lists them)")
+    root = Path(directory) / f"oxbench-{name.replace('_', '-')}"
+    if root.exists():
+        raise ValueError(f"{root} already exists")
+    words = {"name": name, "title": name.replace("_", " ").capitalize(), "dist": name.replace("_", "-")}
+    (root / f"oxbench_{name}").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / f"oxbench_{name}" / "__init__.py").write_text(TASK_MODULE.substitute(words))
+    (root / "tests" / f"test_{name}.py").write_text(TASK_TEST.substitute(words))
+    (root / "pyproject.toml").write_text(TASK_PYPROJECT.substitute(words))
     return root

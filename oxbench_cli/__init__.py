@@ -4,7 +4,7 @@ Bad input (malformed grid, unknown method/model/task, missing file) is one line 
 and exit code 2. A grid with any failed cell exits 1 after recording and summarising it.
 
 One module per command: :mod:`~oxbench_cli.run`, :mod:`~oxbench_cli.loss_commands`,
-:mod:`~oxbench_cli.pretrain`, :mod:`~oxbench_cli.status`, :mod:`~oxbench_cli.report`,
+:mod:`~oxbench_cli.task_commands`, :mod:`~oxbench_cli.pretrain`, :mod:`~oxbench_cli.status`, :mod:`~oxbench_cli.report`,
 :mod:`~oxbench_cli.seeds` and :mod:`~oxbench_cli.costs`; :mod:`~oxbench_cli.app` holds the application and its consoles,
 :mod:`~oxbench_cli.plan` the plan table. Importing a command's module registers it (in this order:
 the order of ``oxbench --help``).
@@ -17,7 +17,7 @@ import sys
 import typer
 
 # isort: off
-from oxbench_cli import run, loss_commands, pretrain, status, report, seeds, costs  # noqa: F401  (registers them, --help's order)
+from oxbench_cli import run, loss_commands, task_commands, pretrain, status, report, seeds, costs  # noqa: F401  (registers them, --help's order)
 
 # isort: on
 from oxbench_cli.app import app, err_console, fail, literal, out_console, tagged

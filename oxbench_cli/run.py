@@ -75,7 +75,9 @@ def run(
     zero: int | None = _OPT(None, "--zero-stage", help=RUN_HELP["zero"]),
     ray_address: str | None = _OPT(None, "--ray-address", help="An existing Ray cluster."),
     slurm_cluster: str | None = _OPT(None, "--slurm-cluster", help="submitit cluster (local|slurm)."),
-    plugin: list[str] = _OPT([], "--plugin", help="Import a module that defines LossSpecs."),
+    plugin: list[str] = _OPT(
+        [], "--plugin", help="Import a module that defines LossSpecs, TaskSpecs or RewardSpecs."
+    ),
     fresh: bool = _OPT(False, "--fresh", help=RUN_HELP["fresh"]),
     rerun: bool = _OPT(False, "--rerun", help=RUN_HELP["rerun"]),
     gpus_per_rank: int | None = _OPT(None, "--gpus-per-rank", help="ray, slurm: GPUs per rank (default 0)."),

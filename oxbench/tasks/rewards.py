@@ -64,3 +64,30 @@ def group_rewards(reward_fn, completions: list[str], answer: str) -> list[float]
     if getattr(reward_fn, "group_wise", False):
         return [float(r) for r in reward_fn(completions, answer)]
     return [float(reward_fn(c, answer)) for c in completions]
+
+
+# ------------------------------------------------------------------ reward functions in TRL's shape
+
+SKIPPED_COLUMNS = ("completions", "prompts")  # a row's columns of these names are not passed on
+
+
+def trl_columns(row: dict, n: int) -> dict[str, list]:
+    """The keyword arguments TRL gives a reward function for ``n`` completions of one problem: ``prompts``
+    (the question) and each column of the problem's row (``answer``, ``question``, ``id``, ...), each a
+    list of ``n``."""
+    columns = {k: [v] * n for k, v in row.items() if k not in SKIPPED_COLUMNS}
+    return {"prompts": [row.get("question")] * n, **columns}
+
+
+def call_reward(name: str, fn, completions: list[str], row: dict) -> list[float | None]:
+    """``fn(completions=..., **columns)``, checked: one float (or None: no reward) per completion."""
+    got = fn(completions=list(completions), **trl_columns(row, len(completions)))
+    if not isinstance(got, list | tuple) or len(got) != len(completions):
+        size = len(got) if isinstance(got, list | tuple) else type(got).__name__
+        raise ValueError(f"reward {name!r} returned {size} for {len(completions)} completions")
+    out = []
+    for value in got:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"reward {name!r} returned {value!r}, not a number or None")
+        out.append(None if value is None else float(value))
+    return out
