@@ -467,6 +467,13 @@ class CollapseConfig(Strict):
         return self
 
 
+class RewardTerm(Strict):
+    """One reward function of ``online.rewards`` and its weight in the sum."""
+
+    name: str
+    weight: float = 1.0
+
+
 class OnlineConfig(Strict):
     """Online RL knobs: compute C = prompts_per_batch * n * rounds rollouts."""
 
@@ -521,6 +528,11 @@ class OnlineConfig(Strict):
     reward_grader: Literal["strict", "flexible", "random", "shuffled-strict", "shuffled-flexible"] = added(
         "strict"
     )
+    # several reward functions, weighted and summed (each logged as reward/<name>): the graders' names
+    # above, the task's own reward functions, and registered ones (oxbench.rewards entry points, --plugin).
+    # None: reward_grader alone, as before the setting existed.
+    rewards: list[RewardTerm] | None = added(None)
+
     # the vllm backend on GPUs (oxbench.engine.vllm_client.resolve_placement): colocate (the server shares
     # its training rank's GPU, taking vllm_memory of it), separate (a GPU of its own: vllm_devices, by local
     # rank, else the first GPU after the training ranks'; the asynchronous study's setting) or auto
@@ -555,6 +567,17 @@ class OnlineConfig(Strict):
     def _staleness(cls, v):
         if v < 0:
             raise ValueError(f"staleness S must be >= 0, got {v}")
+        return v
+
+    @field_validator("rewards")
+    @classmethod
+    def _distinct_rewards(cls, v):
+        names = [t.name for t in v or []]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise ValueError(f"reward {twice!r} is named twice")
+        if v is not None and not v:
+            raise ValueError("rewards must name at least one reward function (or be left out)")
         return v
 
     @model_validator(mode="after")
@@ -733,14 +756,21 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _task_names(self):
-        """``data.subset``'s bins exist for the run's task (its spec is read only when one is not
-        IsoCompute's bin)."""
+        """``data.subset``'s bins and ``online.rewards``' functions exist for the run's task (its spec is
+        read only when one is not IsoCompute's bin or a reward is named)."""
         shares = self.data.subset
         names = [shares] if isinstance(shares, str) else list(shares or {})
         if any(n not in SUBSETS for n in names):
             from oxbench.tasks import get_task
 
             _known("subset", names, [*SUBSETS, *get_task(self.task.name).bins], "data.subset")
+        if self.online.rewards is not None:
+            from oxbench.tasks import get_task
+
+            known = get_task(self.task.name).reward_names()
+            _known("reward", [t.name for t in self.online.rewards], known, "online.rewards")
+            if self.online.reward_grader != "strict":  # (a config read back from a record sets both)
+                raise ValueError("field 'online.rewards': give it or online.reward_grader, not both")
         return self
 
     @model_validator(mode="after")

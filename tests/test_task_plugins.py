@@ -1,6 +1,7 @@
 """Tasks as plugins (issue 42, item 1): the registry (built-ins routed through it unchanged, errors in one
 line), ``oxbench tasks`` / ``tasks new`` / ``tasks check``, and the target: a task written with ``oxbench
-tasks new`` runs SFT, DPO and SGRPO to finished records with no change to oxbench."""
+tasks new`` runs SFT, DPO and SGRPO to finished records with no change to oxbench (its SGRPO on two
+reward functions, weighted and each logged: item 4)."""
 
 from __future__ import annotations
 
@@ -260,6 +261,10 @@ def test_a_user_task_runs_sft_dpo_and_sgrpo_to_finished_records(scaffold, micro_
             "eval": {"n_test": 4, "k": 2, "n_samples": 2, "n_sampled": 2, "max_new_tokens": 6},
         },
         "axes": {"method": ["sft", "dpo", "sgrpo"], "seed": [0]},
+        # item 4: the strict grader and the task's own reward function, weighted, each logged
+        "methods": {
+            "sgrpo": {"online": {"rewards": [{"name": "strict"}, {"name": "letters", "weight": 0.5}]}}
+        },
     }
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(grid))
@@ -282,3 +287,7 @@ def test_a_user_task_runs_sft_dpo_and_sgrpo_to_finished_records(scaffold, micro_
         outcomes = [json.loads(line) for line in (d / "eval.jsonl").read_text().splitlines()]
         assert [o["id"] for o in outcomes] == [f"{NAME}-test-{i}" for i in range(4)]
     assert records["dpo"][0]["data"]["pairs"] > 0
+    logged = [json.loads(line) for line in (records["sgrpo"][1] / "metrics.jsonl").read_text().splitlines()]
+    for row in logged:
+        whole = row["reward/strict"] + 0.5 * row["reward/letters"]
+        assert row["reward_mean"] == pytest.approx(whole) and 0 <= row["reward/letters"] <= 1

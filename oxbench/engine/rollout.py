@@ -24,7 +24,7 @@ import torch
 
 import oxbench.device as placement
 from oxbench.engine import model as M
-from oxbench.tasks.rewards import group_rewards
+from oxbench.tasks.rewards import scored_group
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -47,6 +47,8 @@ class Rollout:
     completion_ids: list[int] = field(default_factory=list)  # as sampled, with the EOS if finished
     # per completion token: log-prob at temperature 1 under the weights that sampled (old_token_logps)
     behaviour_logps: list[float] = field(default_factory=list)
+    # online.rewards: this completion's reward from each function ({name: value, None: no reward})
+    reward_parts: dict[str, float | None] | None = None
 
     def sequence(self, max_len: int) -> tuple[list[int], int]:
         """``(prompt + completion ids, prompt length)``, truncated to ``max_len``: :func:`collate`'s input."""
@@ -207,8 +209,8 @@ class RolloutWorker:
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):
             texts = [self.tokenizer.decode(s.completion_ids, skip_special_tokens=True) for s in group]
-            rewards = group_rewards(reward_fn, texts, r["answer"])
-            for s, text, reward in zip(group, texts, rewards):
+            rewards, parts = scored_group(reward_fn, texts, r)
+            for i, (s, text, reward) in enumerate(zip(group, texts, rewards)):
                 result.append(
                     Rollout(
                         r["id"],
@@ -222,6 +224,7 @@ class RolloutWorker:
                         s.prompt_ids,
                         s.completion_ids,
                         s.logps,
+                        None if parts is None else parts[i],
                     )
                 )
         return result

@@ -27,7 +27,7 @@ from oxbench.grid.record import RunRecord, arm_label
 from oxbench.grid.runs import MetricsLog
 from oxbench.models.loading import base_model_path, count_parameters, load_model
 from oxbench.tasks import get_task
-from oxbench.tasks.rewards import reward_function
+from oxbench.tasks.rewards import online_reward
 from oxbench.tracking import Tracker
 from oxbench.utils import write_jsonl_atomic
 
@@ -67,7 +67,7 @@ class CellWork:
         ckpt = Checkpointer.from_config(self.dir, cfg)
         if plan.caps.online:
             curve = self._curve(model, tok)
-            reward = reward_function(cfg.online.reward_grader, get_task(cfg.task.name))
+            reward = online_reward(cfg.online, get_task(cfg.task.name))
             return train(plan, model, tok, rows, logger=log, ckpt=ckpt, reward_fn=reward, curve=curve)
         ref_key = {**self.base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}
         return train(plan, model, tok, rows, logger=log, ckpt=ckpt, ref_key=ref_key)

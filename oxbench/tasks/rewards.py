@@ -91,3 +91,60 @@ def call_reward(name: str, fn, completions: list[str], row: dict) -> list[float 
             raise ValueError(f"reward {name!r} returned {value!r}, not a number or None")
         out.append(None if value is None else float(value))
     return out
+
+
+class GraderReward:
+    """A grader's reward (``strict``, ``shuffled-flexible``, ...: :func:`reward_function`) in TRL's shape."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, completions: list[str], answer: list[str], **columns) -> list[float]:
+        return group_rewards(self.fn, completions, answer[0])
+
+
+class WeightedRewards:
+    """``online.rewards``: several reward functions, each with a weight; a completion's reward is the
+    weighted sum (a None counts 0, as TRL's ``nansum``). :meth:`parts` also gives each function's values,
+    which the rollouts log as ``reward/<name>``. Called once per prompt's group (group-wise)."""
+
+    group_wise = True
+
+    def __init__(self, terms: list[tuple[str, object, float]]):
+        self.terms = terms  # (name, fn in TRL's shape, weight)
+
+    def parts(self, completions: list[str], row: dict) -> tuple[list[float], dict[str, list]]:
+        values = {name: call_reward(name, fn, completions, row) for name, fn, _ in self.terms}
+        totals = [
+            sum(w * (values[name][i] or 0.0) for name, _, w in self.terms) for i in range(len(completions))
+        ]
+        return totals, values
+
+    def __call__(self, completions: list[str], answer: str) -> list[float]:
+        return self.parts(completions, {"answer": answer})[0]
+
+
+def scored_group(reward_fn, completions: list[str], row: dict) -> tuple[list[float], list[dict] | None]:
+    """One reward per completion of a prompt's group and, for :class:`WeightedRewards`, each completion's
+    reward from every function (``{name: value}``); None for a single reward function."""
+    if isinstance(reward_fn, WeightedRewards):
+        totals, values = reward_fn.parts(completions, row)
+        return totals, [{name: v[i] for name, v in values.items()} for i in range(len(completions))]
+    return group_rewards(reward_fn, completions, row["answer"]), None
+
+
+def online_reward(online, task: TaskSpec):
+    """The reward of an online run: ``online.rewards`` weighted (each function from the grader names, the
+    task's own, or the registry), else ``online.reward_grader`` alone (:func:`reward_function`)."""
+    if online.rewards is None:
+        return reward_function(online.reward_grader, task)
+    from oxbench.tasks.registry import GRADER_REWARDS, get_reward
+
+    terms = []
+    for term in online.rewards:
+        if term.name in GRADER_REWARDS:
+            fn = GraderReward(reward_function(term.name, task))
+        else:
+            fn = task.rewards.get(term.name) or get_reward(term.name).fn
+        terms.append((term.name, fn, term.weight))
+    return WeightedRewards(terms)

@@ -55,7 +55,20 @@ def rollout_stats(experience: list, world_size: int = 1) -> dict:
         "rollouts": len(experience) * world_size,
         "zero_variance_groups": sum(len(v) == 1 for v in groups.values()) / max(1, len(groups)),
         "truncated": sum(not r.finished for r in experience) / max(1, len(experience)),
-    }
+    } | reward_parts(experience)
+
+
+def reward_parts(experience: list) -> dict:
+    """``online.rewards``: each reward function's mean over the rollouts it rewarded (``reward/<name>``;
+    a function that gave none, None); nothing for a run with one reward."""
+    parts = [r.reward_parts for r in experience if r.reward_parts is not None]
+    if not parts:
+        return {}
+    out = {}
+    for name in parts[0]:
+        given = [p[name] for p in parts if p[name] is not None]
+        out[f"reward/{name}"] = sum(given) / len(given) if given else None
+    return out
 
 
 def ledger_round(experience: list, max_len: int) -> dict:
