@@ -914,8 +914,8 @@ def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
     from analysis.isocompute import load_curves
 
     curves = load_curves(root)
-    if curves.empty:
-        return None
+    if curves.empty or not any(isor.AVG_AT.match(str(c)) for c in curves.columns):
+        return None  # no learning curves, or curves without the sampled metrics (eval.k = 0)
     res = isor.analyse(curves, n_boot=n_boot)
     tables, errors = [], []
     for subset, r in res["subsets"].items():

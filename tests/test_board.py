@@ -36,13 +36,20 @@ def _records(root, grid: str, method: str, seed: int, right: set[int], lr: float
     metrics = {"accuracy": 0.0, "accuracy_flexible": share, "accuracy_verified_flexible": share,
                "base_accuracy": 0.0, "base_accuracy_flexible": 0.5, "base_accuracy_verified_flexible": 0.5,
                "n_test": len(PROBLEMS), "chance": 0.01}  # fmt: skip
-    config = {**CONFIG, "train": {"lr": lr}, "loss": {}, "eval": {"split": split, "n_ood": 0}}
+    config = {**CONFIG, "train": {"lr": lr}, "loss": {}, "eval": {"split": split, "n_ood": 0}, "data": {},
+              "online": {"n": 8, "prompts_per_batch": 4, "rounds": 2}}  # fmt: skip
     rec = run_record(method, "tiny-m", seed, grid=grid, run_id=f"{grid}-{method}-{lr:g}-s{seed}",
                      scale_params=800_000, paradigm="sft" if method == "sft" else "offline",
                      metrics=metrics, config=config)  # fmt: skip
     d = write_run(root, rec, outcomes=outcomes(right))
     if split == "test":
         (d / "base_eval.jsonl").write_text("".join(json.dumps(o) + "\n" for o in outcomes(set(range(6)))))
+        (d / "curve.jsonl").write_text(
+            json.dumps(
+                {"step": 0, "rollouts": 0, "generated_tokens": 0, "trained_tokens": 0, "accuracy": 0.5}
+            )
+            + "\n"
+        )  # eval.k 0
 
 
 def test_the_board_reads_the_ranking_the_letters_and_the_tune_from_records(tmp_path, capsys, monkeypatch):
