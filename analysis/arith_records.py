@@ -119,12 +119,14 @@ def consistent(eqs: tuple) -> bool:
     return bool(eqs) and right and all(x[3] == y[0] for x, y in zip(eqs, eqs[1:]))
 
 
-def gold_workings(table: pd.DataFrame) -> dict[str, tuple]:
-    """Problem id -> its working (module doc), for the problems some completion got right."""
+def gold_workings(table: pd.DataFrame, n_ops: int | None = None) -> dict[str, tuple]:
+    """Problem id -> its working (module doc), for the problems some completion got right. With
+    ``n_ops`` (the task's operations per problem), a working of another length is no candidate: a
+    completion that reaches the answer in one line skipped a step of the problem, whatever it wrote."""
     votes: dict[str, Counter] = {}
     for pid, flexible, text in table[["id", "correct_flexible", "completion"]].itertuples(index=False):
         eqs = equations(text)
-        if flexible and consistent(eqs):
+        if flexible and consistent(eqs) and (n_ops is None or len(eqs) == n_ops):
             votes.setdefault(pid, Counter())[eqs] += 1
     return {pid: c.most_common(1)[0][0] for pid, c in votes.items()}
 

@@ -67,7 +67,8 @@ def outcomes(runs: pd.DataFrame, metric: str, base_of: pd.DataFrame | None = Non
     base = ar.load_base_completions(base_of) if base_of is not None else ar.load_completions(runs.iloc[:0])
     table = pd.concat([ar.load_completions(runs), base], ignore_index=True)
     if metric == "accuracy_verified_flexible" and len(table):
-        table = ar.with_verified_flexible(table, ar.gold_workings(table))
+        n_ops = ar.task_config(runs)["task"].get("n_ops")
+        table = ar.with_verified_flexible(table, ar.gold_workings(table, n_ops))
         recorded = runs[["run_id", metric]]
         if len(base):
             base_value = float(base_of[f"base_{metric}"].iloc[0])
@@ -417,7 +418,8 @@ def main() -> None:
     range_ref = ("base", base) if base is not None else ("control", ctrl)
     trained = ar.trained_max_operand(config)
     if config["task"]["name"] == "arith" and arms and trained < config["task"]["max_operand"]:
-        ops = ar.problem_operands(table, ar.gold_workings(table), config["task"]["max_operand"])
+        gold = ar.gold_workings(table, config["task"].get("n_ops"))
+        ops = ar.problem_operands(table, gold, config["task"]["max_operand"])
         print_by_range(arms, range_ref, ops, trained)
     print_answers(table, once, rows, merged, control)
     if args.base_prefix and arms:

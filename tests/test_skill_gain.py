@@ -252,3 +252,15 @@ def test_a_recorded_base_is_the_reference_and_the_grid_s_controls_are_tested_and
     )
     with pytest.raises(ValueError, match="2 different base evaluations"):
         skill_gain.main()
+
+
+def test_a_one_line_working_that_reaches_the_answer_is_no_gold_working_of_a_two_step_problem():
+    """Seen on the confirmation split: completions that wrote 43 + 50 = 93 for a two-step problem whose
+    answer is 93 were voted its working, and verified-flexible no longer gave the recorded metric back."""
+    rows = [("43 + 50 = 93\nThe answer is 93.", 3), ("43 + 51 = 94\n94 - 1 = 93\nThe answer is 93.", 2)]
+    table = pd.DataFrame(
+        [{"run_id": f"r{i}-{j}", "id": "q", "completion": t, "correct_flexible": True}
+         for i, (t, n) in enumerate(rows) for j in range(n)]
+    )  # fmt: skip
+    assert ar.gold_workings(table)["q"] == ((43, "+", 50, 93),)  # the vote alone
+    assert ar.gold_workings(table, n_ops=2)["q"] == ((43, "+", 51, 94), (94, "-", 1, 93))
