@@ -7,11 +7,13 @@ import json
 
 import pytest
 import yaml
+from run_records import run_record
 from test_executors import oxbench, records
 
 from oxbench.config import RunConfig
 from oxbench.grid import tune
-from oxbench.grid.spec import GridError, GridFile, expand, tuning_cells
+from oxbench.grid.runs import run_dir, write_record
+from oxbench.grid.spec import GridError, GridFile, expand, tuned_cells, tuning_cells
 
 
 def spec(**sweep) -> tune.TuneSpec:
@@ -42,6 +44,28 @@ def test_the_pick_is_the_best_mean_and_a_tie_goes_to_the_smaller_step():
     assert tune.pick(rule, [(a, [0.5, 0.7]), (b, [0.6, 0.62]), (c, [])])["point"] == b
     assert tune.pick(rule.model_copy(update={"tie": 0.02}), [(a, [0.5, 0.7]), (b, [0.6, 0.62])])["point"] == a
     assert tune.pick(rule, [(a, []), (b, [])]) is None
+
+
+def test_an_arm_is_picked_once_all_its_tuning_cells_have_ended(tmp_path):
+    """Before any tuning record: every arm pending, its final cells waiting; once its cells have ended,
+    picked from their records (the finished ones), and its cells at the pick."""
+    grid = GridFile(
+        name="w",
+        base={"train": {"lr": 1e-5}, "eval": {"n_test": 4, "n_ood": 0}},
+        axes={"method": ["sft"], "seed": [0, 1]},
+        tune={"seeds": [100], "metric": "accuracy", "sweep": {"all": {"train.lr": [0.5, 2.0]}}},
+    )
+    ready, state, waiting = tuned_cells(grid, tmp_path)
+    assert ready == [] and len(waiting) == 2 and [a["status"] for a in state.values()] == ["pending"]
+    low, high = tuning_cells(grid)
+    for cell, status in ((low, "failed"), (high, "finished")):
+        rec = run_record("sft", "tiny-xs", 100, status, run_id=cell.run_id(), grid=cell.grid,
+                         metrics={"accuracy": 0.25} if status == "finished" else {}, error="x" * (status == "failed"))  # fmt: skip
+        write_record(run_dir(tmp_path, cell.grid, cell.run_id()), rec)
+    ready, state, waiting = tuned_cells(grid, tmp_path)
+    (arm,) = state.values()
+    assert arm["status"] == "picked" and arm["point"] == {"train.lr": 2e-5} and waiting == []
+    assert [c.train.lr for c in ready] == [2e-5, 2e-5] and {c.seed for c in ready} == {0, 1}
 
 
 def test_tuning_cells_read_the_validation_split_only_and_fresh_seeds():
@@ -81,9 +105,6 @@ def test_a_tuned_grid_picks_on_validation_runs_the_pick_on_test_and_resumes(tmp_
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(grid))
     out = tmp_path / "out"
-    before = oxbench("run", "--grid", str(path), "--out", str(out), "--plan")
-    assert before.returncode == 0, before.stderr[-2000:]
-    assert "tuning: 2 cells" in before.stdout and "1 final cells wait for their tune" in before.stdout
     ran = oxbench("run", "--grid", str(path), "--out", str(out))
     assert ran.returncode == 0, ran.stderr[-3000:]
     tuned, final = records(out / "tb_tune"), records(out / "tb")
