@@ -18,6 +18,9 @@ from oxbench.tasks.registry import (
     task_names,
 )
 
+#: the built-ins, whose loaders take every option (``distinct``: pre-training draws with repetition)
+FULL_LOADERS = ("arith", "arith_ood", "gsm8k", "countdown")
+
 __all__ = ["RewardSpec", "TaskSpec", "get_reward", "get_task", "reward_names", "task_names"]
 
 
@@ -36,10 +39,11 @@ def load_task_split(
     ``{"name": "arith_ood", ...}``, ``{"name": "gsm8k", "path": ..., "test_path": ...}`` (``path`` is a
     directory holding ``train``/``test`` files, a Hub id, or the train file; then ``test_path`` is the
     test file) or a plugin task's (:mod:`oxbench.tasks.registry`). ``local_only`` validates local files
-    and skips Hub ids (no network); ``distinct=False`` draws with repetition (pre-training, ``arith``).
+    and skips Hub ids (no network); ``distinct=False`` draws with repetition (pre-training: ``arith``,
+    ``countdown``).
     """
     spec = get_task(task["name"])
-    if task["name"] in ("arith", "arith_ood", "gsm8k"):  # the built-ins' loaders take every option
+    if task["name"] in FULL_LOADERS:
         return spec.load(split, n=n, seed=seed, task=task, distinct=distinct, local_only=local_only)
     return load_rows(spec, task, split, n=n, seed=seed)
 

@@ -1,18 +1,19 @@
 """The built-in tasks as :class:`~oxbench.tasks.registry.TaskSpec`: ``arith`` (procedural, with its
-out-of-distribution variant ``arith_ood``) and ``gsm8k`` (GSM8K-format files). Both are graded by
+out-of-distribution variant ``arith_ood``) and ``gsm8k`` (GSM8K-format files), both graded by
 :func:`oxbench.tasks.grading.is_correct`, prompted by :func:`oxbench.text.formatting.format_prompt` and
-rewarded by their graders: exactly what every run did before tasks were plugins."""
+rewarded by their graders: exactly what every run did before tasks were plugins. And ``countdown``
+(:mod:`oxbench.tasks.countdown`, TinyZero's task): its own graders, prompt instruction and reward."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 
-from oxbench.tasks import arith
+from oxbench.tasks import arith, countdown
 from oxbench.tasks.errors import TaskError
 from oxbench.tasks.grading import is_correct
 from oxbench.tasks.registry import TaskSpec
-from oxbench.text.formatting import format_prompt
+from oxbench.text.formatting import PromptFormat, format_prompt
 
 GRADERS = {mode: functools.partial(is_correct, mode=mode) for mode in ("strict", "flexible")}
 
@@ -72,6 +73,20 @@ def gsm8k_files(task: dict) -> dict[str, Path]:
     return out
 
 
+def countdown_rows(
+    split: str, *, n: int | None, seed: int, task: dict, distinct: bool = True, local_only: bool = False
+) -> list[dict]:
+    """``countdown``: :func:`oxbench.tasks.countdown.generate` with ``task.options``."""
+    return countdown.generate(split, n, seed=seed, distinct=distinct, **countdown.options(task))
+
+
+#: the instruction a chat model gets after the question (a tokenizer without a chat template: the question)
+COUNTDOWN_INSTRUCTION = (
+    "Show your steps, one operation per line, then give the equation in <answer> </answer> tags, "
+    "for example <answer>(1 + 2) / 3</answer>."
+)
+
+
 def _chance(task: dict, test_rows: list[dict]) -> float:
     from oxbench.tasks import chance_accuracy
 
@@ -101,5 +116,18 @@ BUILTINS = {
         data_files=gsm8k_files,
         validation_in_train=True,
         description="GSM8K-format files (task.path: a directory, a train file with test_path, a Hub id)",
+    ),
+    "countdown": TaskSpec(
+        name="countdown",
+        load=countdown_rows,
+        graders=countdown.GRADERS,
+        splits=("train", "test", "validation", "confirm"),
+        prompt=PromptFormat(instruction=COUNTDOWN_INSTRUCTION),
+        rewards={"countdown": countdown.reward},
+        metrics=countdown.metrics,
+        chance=countdown.chance,
+        data_files=lambda task: {},
+        description="TinyZero's Countdown: reach a target with + - * / over given numbers "
+        "(options: n_numbers, max_number, max_target)",
     ),
 }
