@@ -281,3 +281,11 @@ def test_a_countdown_grid_plans_without_training(tmp_path):
     grid.write_text(yaml.safe_dump({"name": "g", "base": base, "axes": {"method": ["sft"]}}))
     res = CliRunner().invoke(app, ["run", "--grid", str(grid), "--out", str(out), "--plan"])
     assert res.exit_code == 2 and "task.options.n_numbers" in res.output and not out.exists()
+
+
+def test_the_committed_recipe_plans_and_is_not_yet_run(tmp_path):
+    res = CliRunner().invoke(
+        app, ["run", "--grid", "recipes/countdown_core.yaml", "--out", str(tmp_path), "--plan"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "finished 0, to run 27" in " ".join(res.output.split())
