@@ -468,7 +468,8 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
         matched_c = [iso.paired_by_problem(sub, ns[0], ns[-1], k=k, kind=kind) for kind in ("best", "worst")]
         train = cfg["train"]
         matched_m = [r for a, b in zip(ns, ns[1:]) for r in matched_updates(cur, a, b, 4, k=k, train=train)]
-        matched_m += matched_updates(cur, ns[0], ns[-1], 4, k=k, train=train)
+        if len(ns) > 2:  # the extremes, unless they are the one adjacent pair already compared
+            matched_m += matched_updates(cur, ns[0], ns[-1], 4, k=k, train=train)
         by_subset = sign_test(pairs[pairs["subset"] == subset]) if len(pairs) else None
         seeded = sub["n"].nunique() > 1 and sub.groupby("n").size().min() > 1  # shares need replicates
         out["subsets"][subset] = {
