@@ -71,7 +71,11 @@ def test_a_grid_rerun_retrains_its_finished_cells(tmp_path, micro_model_dir):
     g = {"name": "g", "base": micro_cell(micro_model_dir), "axes": {"method": ["sft"], "seed": [0]}}
     path = write(tmp_path, "g.yaml", g)
     args = ["run", "--grid", str(path), "--out", str(tmp_path / "out")]
-    assert runner.invoke(app, args).exit_code == 0
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, (
+        first.output[-3000:],
+        [p.read_text()[-2000:] for p in (tmp_path / "out").rglob("run.json")],
+    )
     (rec,) = (tmp_path / "out" / "g").glob("*/run.json")
     old = rec.read_bytes()
     plan = runner.invoke(app, [*args, "--plan"])

@@ -151,7 +151,10 @@ def test_a_difficulty_that_leaves_no_problems_is_an_error(section, field, value,
 
 def test_rollout_stats_hand_computed():
     """Groups: 0 -> rewards {1, 1} (zero variance), 1 -> {0, 1}; one of 4 rollouts truncated."""
-    R = SimpleNamespace
+
+    def R(**kw):  # a Rollout's fields the statistics read (no per-function reward parts)
+        return SimpleNamespace(reward_parts=None, **kw)
+
     exp = [
         R(group=0, reward=1.0, finished=True),
         R(group=0, reward=1.0, finished=True),
