@@ -148,6 +148,9 @@ def test_a_plugin_module_s_reward_spec_and_an_entry_point(tmp_path, monkeypatch)
         "spec = RewardSpec(name='brevity', fn=brevity, description='shorter is better')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
+    # load_plugins sets $OXBENCH_PLUGINS for the cells it starts; left set, every later grid in this process
+    # sends "my_rewards" to its workers (test_run_lock failed so in the full suite): setenv records its absence
+    monkeypatch.setenv("OXBENCH_PLUGINS", "")
     from oxbench.plugins import load_plugins
 
     try:
@@ -157,7 +160,6 @@ def test_a_plugin_module_s_reward_spec_and_an_entry_point(tmp_path, monkeypatch)
         assert scored_group(fn, ["ab", ""], ROW)[0] == [1 / 3, 1.0]
     finally:
         registry.unregister("brevity", "reward")
-        monkeypatch.delenv("OXBENCH_PLUGINS", raising=False)
         sys.modules.pop("my_rewards", None)
     ep = SimpleNamespace(name="ep_reward", value="m:spec", dist=SimpleNamespace(name="d"))
     ep.load = lambda: registry.RewardSpec(name="ep_reward", fn=short)
