@@ -7,7 +7,12 @@ The oxrl_skill section's numbers come from commands whose outputs are committed 
 ``results/oxrl_skill_analysis/``: each output is regenerated and must be its file, the two-leaderboard
 tables (``analysis.leaderboard_agreement``) must be on the page character for character, and each row
 of the section's other tables must give, in order, the numbers of one output row, each rounded to the
-digits the page shows."""
+digits the page shows.
+
+The sections in SECTIONS (below) are checked the same way: every committed ``$ python -m`` output under
+``results/*_analysis/`` is regenerated, every directory a section's ``--out`` command writes is
+rewritten and compared byte for byte, and each table row and quoted confidence interval of the
+section must be one of its commands' outputs'. UNSCRIPTED lists the tables no script prints."""
 
 from __future__ import annotations
 
@@ -71,8 +76,22 @@ def test_the_staleness_model_is_what_its_records_give(tmp_path):
 # the committed files; the section's tables must quote them (the two-leaderboard tables verbatim, every
 # other table number by number, each number the output's rounded to the digits the page shows).
 
-ANALYSIS_OUT = ROOT / "results/oxrl_skill_analysis"
-OUTPUTS = sorted(p.name for p in ANALYSIS_OUT.glob("*") if p.name != "README.md")
+RESULTS = ROOT / "results"
+
+
+def _is_output(path: Path) -> bool:
+    """``path`` holds what a command printed: its first line is ``$ python -m <command>``."""
+    with path.open(encoding="utf-8") as f:
+        return f.readline().startswith("$ python -m ")
+
+
+#: every committed command output, as a path under results/ ("oxrl_skill_analysis/oxrl_skill.txt")
+OUTPUTS = sorted(
+    str(p.relative_to(RESULTS))
+    for p in RESULTS.glob("*_analysis/*")
+    if p.suffix in (".txt", ".md") and _is_output(p)
+)
+SKILL_OUTPUTS = [n for n in OUTPUTS if n.startswith("oxrl_skill_analysis/")]
 NUMBER = re.compile(r"[+\-−]?\d+(?:\.\d+)?(?:e[+\-−]?\d+)?")
 #: README columns whose numbers are the arm's under another metric (the same command with --metric)
 METRIC_COLUMNS = {"strict": "accuracy", "flexible": "accuracy_flexible"}
@@ -90,16 +109,17 @@ def _printed(argv: list[str]) -> str:
 
 
 def _committed(name: str) -> tuple[list[str], str]:
-    """A committed output: its command's argv after ``python -m``, and what the command printed."""
-    head, _, body = (ANALYSIS_OUT / name).read_text(encoding="utf-8").partition("\n")
+    """A committed output (a path under results/): its command's argv after ``python -m``, and what
+    the command printed."""
+    head, _, body = (RESULTS / name).read_text(encoding="utf-8").partition("\n")
     assert head.startswith("$ python -m "), f"{name}: the first line is not '$ python -m <command>'"
     return head.split()[3:], body
 
 
 @pytest.mark.parametrize("name", OUTPUTS)
-def test_the_committed_oxrl_skill_outputs_are_what_the_scripts_print(name):
+def test_the_committed_outputs_are_what_the_scripts_print(name):
     argv, body = _committed(name)
-    assert _printed(argv) == body, f"results/oxrl_skill_analysis/{name}: rerun '{' '.join(argv)}'"
+    assert _printed(argv) == body, f"results/{name}: rerun '{' '.join(argv)}'"
 
 
 def _tables(text: str) -> list[list[str]]:
@@ -146,7 +166,7 @@ def _cells(row: str) -> list[str]:
 def _output_tables() -> dict[tuple[str, str], list[dict[str, list[str]]]]:
     """(grid, metric) -> the tables of its skill_gain output, each arm -> the numbers of its row, in order."""
     out: dict[tuple[str, str], list[dict[str, list[str]]]] = {}
-    for name in OUTPUTS:
+    for name in SKILL_OUTPUTS:
         argv, body = _committed(name)
         if argv[0] == "analysis.skill_gain":
             metric = argv[argv.index("--metric") + 1] if "--metric" in argv else "accuracy_verified_flexible"
@@ -208,8 +228,8 @@ def test_the_oxrl_skill_tables_are_the_skill_gain_outputs():
     """Each section of results/README.md that names a skill_gain command of the oxrl_skill grids: every
     command it names in full has a committed output, and the numbers of each row of its tables are, in
     their order, an output row's (:func:`_unquoted`)."""
-    commands = {" ".join(["python", "-m", *_committed(n)[0]]) for n in OUTPUTS}
-    verbatim = set(_committed("leaderboard_agreement.md")[1].splitlines())
+    commands = {" ".join(["python", "-m", *_committed(n)[0]]) for n in SKILL_OUTPUTS}
+    verbatim = set(_committed("oxrl_skill_analysis/leaderboard_agreement.md")[1].splitlines())
     outputs, sections, bad = _output_tables(), _skill_sections(), []
     assert sections and all(named <= commands for _, named in sections), "a named command has no output"
     for table in (t for section, _ in sections for t in _tables(section)):
@@ -220,3 +240,146 @@ def test_the_oxrl_skill_tables_are_the_skill_gain_outputs():
             missing = _unquoted(header, _cells(row), outputs)
             bad += [f"{row[:60]}…: {missing}"] if missing else []
     assert bad == [], "numbers no committed output gives:\n" + "\n".join(bad)
+
+
+# -- the other sections of results/README.md that quote analysis output (issue 40, item 8) -----------------
+# Each section below names the commands that made its numbers. A command with ``--out DIR`` (or one whose
+# default output directory is DEFAULT_OUT's) writes DIR, which is committed: it is rewritten here into a
+# temporary directory and must be the committed files byte for byte; any other command's output is a
+# committed "$ python -m" file (above). Every row of the section's tables must give, in order, the numbers
+# of one row of those outputs' tables, each rounded to the digits the page shows, and every confidence
+# interval its text quotes ("+0.036 [−0.002, +0.074]") must be one of theirs. UNSCRIPTED names the tables
+# no committed script prints, and why.
+
+SECTIONS = [
+    "## isocompute_flexible",
+    "## isocompute_flexible_sampled",
+    "## isocompute_matched_m",
+    "## isocompute_flexible_wide",
+]
+#: where a command that takes no ``--out`` writes (its argparse default)
+DEFAULT_OUT = {"analysis.relabel_staleness": "results/staleness_relabelled"}
+#: (section, the table's header row) -> why no committed script prints that table's numbers
+UNSCRIPTED = {
+    ("## isocompute_flexible_wide", "| C | n = 2: avg@4 | best@4 | n = 8: avg@4 | best@4 |"): (
+        "the learning curves at C = 0, 4,096, 8,192, 12,288, 16,384: analysis.isocompute_summary prints avg@4 "
+        "at powers of 2 (not 12,288) and best@4 only at the matched C"
+    ),
+}
+CI = re.compile(r"([+\-−]?\d[\d.]*) \[([+\-−]?\d[\d.]*), ([+\-−]?\d[\d.]*)\]")
+
+
+def _section(heading: str) -> str:
+    """The text of results/README.md under ``heading`` (its title up to the colon), to the next heading
+    of its level or above."""
+    lines, level = _page("results/README.md").splitlines(), heading.split()[0]
+    start = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith(heading) and line[len(heading) :][:1] in ("", ":", " ")
+    )
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if lines[i].startswith("#")
+            and len(lines[i].split()[0]) <= len(level)
+            and set(lines[i].split()[0]) == {"#"}
+        ),
+        len(lines),
+    )
+    return "\n".join(lines[start:end])
+
+
+def _named(section: str) -> list[str]:
+    """The ``python -m analysis.…`` commands ``section`` names in full, whitespace normalised, in order."""
+    found = (" ".join(c.split()) for c in re.findall(r"`(python -m analysis\.[^`]*)`", section))
+    return list(dict.fromkeys(c for c in found if "..." not in c and "<" not in c))
+
+
+def _out_dir(argv: list[str]) -> str | None:
+    """The directory a command (argv after ``python -m``) writes, None for one that only prints."""
+    return argv[argv.index("--out") + 1] if "--out" in argv else DEFAULT_OUT.get(argv[0])
+
+
+def _outputs_of(command: str) -> list[str]:
+    """What a command the page names made, as committed: its "$ python -m" file's body, or the markdown
+    files it wrote under its output directory."""
+    argv = command.split()[2:]
+    bodies = [body for a, body in map(_committed, OUTPUTS) if a == argv]
+    if out := _out_dir(argv):
+        bodies += [
+            p.read_text(encoding="utf-8") for p in sorted((ROOT / out).glob("*.md")) if not _is_output(p)
+        ]
+    return bodies
+
+
+def _numbers(text: str) -> list[str]:
+    """The numbers of ``text`` in order, thousands separators dropped ("4,096" is 4096)."""
+    return NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text))
+
+
+#: the commands of SECTIONS that write a committed directory, regenerated by the next test
+OUT_COMMANDS = sorted({c for h in SECTIONS for c in _named(_section(h)) if _out_dir(c.split()[2:])})
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS, ids=[_out_dir(c.split()[2:]) for c in OUT_COMMANDS])
+def test_the_committed_output_directories_are_what_their_commands_write(command, tmp_path):
+    argv = command.split()[2:]
+    committed = ROOT / _out_dir(argv)
+    if "--out" in argv:
+        argv = argv[: argv.index("--out")] + argv[argv.index("--out") + 2 :]
+    _printed([*argv, "--out", str(tmp_path)])
+    written = sorted(p.name for p in tmp_path.iterdir())
+    differ = [
+        n
+        for n in written
+        if not (committed / n).is_file() or (committed / n).read_bytes() != (tmp_path / n).read_bytes()
+    ]
+    assert written and differ == [], f"{committed.relative_to(ROOT)}: {differ} differ; rerun '{command}'"
+
+
+def _row_numbers(outputs: list[str]) -> list[list[str]]:
+    """The numbers of every table row (header and rule lines left out) of ``outputs``, one list a row."""
+    return [_numbers(" ".join(_cells(r))) for text in outputs for t in _tables(text) for r in t[2:]]
+
+
+def _unquoted_rows(heading: str, section: str, rows: list[list[str]]) -> list[str]:
+    """The rows of the section's tables whose numbers are not, in order, those of one output row."""
+    bad = []
+    for table in _tables(section):
+        if (heading, table[0]) in UNSCRIPTED:
+            continue
+        for row in table[2:]:
+            quoted = _numbers(" ".join(_cells(row)))
+            if quoted and not any(_in_order(quoted, printed) == [] for printed in rows):
+                bad.append(f"{row[:70]}…")
+    return bad
+
+
+def _unquoted_intervals(section: str, outputs: list[str]) -> list[str]:
+    """The intervals "Δ [lo, hi]" of the section's text (its tables left out) that no output prints."""
+    text = "\n".join(line for line in section.splitlines() if not line.strip().startswith("|"))
+    printed = [m for o in outputs for m in CI.findall(re.sub(r"(?<=\d),(?=\d{3}\b)", "", o))]
+    return [
+        " ".join(q)
+        for q in CI.findall(" ".join(text.split()))
+        if not any(all(_shown(a, b) for a, b in zip(q, p)) for p in printed)
+    ]
+
+
+@pytest.mark.parametrize("heading", SECTIONS)
+def test_the_section_numbers_are_what_its_commands_print(heading):
+    """Every command the section names in full has a committed output; each row of its tables and each
+    confidence interval of its text is one of those outputs' (:func:`_shown`)."""
+    section = _section(heading)
+    outputs = {c: _outputs_of(c) for c in _named(section)}
+    assert outputs and [c for c, o in outputs.items() if not o] == [], (
+        "a named command has no committed output"
+    )
+    texts = [o for os in outputs.values() for o in os]
+    unscripted = [h for (s, h) in UNSCRIPTED if s == heading]
+    assert all(h in [t[0] for t in _tables(section)] for h in unscripted), "an UNSCRIPTED table left the page"
+    bad = _unquoted_rows(heading, section, _row_numbers(texts))
+    bad += [f"interval {q}" for q in _unquoted_intervals(section, texts)]
+    assert bad == [], f"{heading}: numbers no committed output gives:\n" + "\n".join(bad)
