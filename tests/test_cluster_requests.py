@@ -63,8 +63,9 @@ def test_the_sbatch_script_asks_for_them(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_ray_gives_each_cell_the_gpus_it_requested(tmp_path, micro_model_dir):
-    """A local Ray cluster declared with 2 GPUs: a 1-rank cell asking 1 GPU per rank is handed one, and
-    its cell process sees it as ``CUDA_VISIBLE_DEVICES`` (written by a loss that records it)."""
+    """A local Ray cluster declared with 2 GPUs: each of two 1-rank cells asking 1 GPU per rank is handed
+    one, and its cell process sees it as ``CUDA_VISIBLE_DEVICES`` (written by a loss that records it);
+    both cells finish (the Ray executor's plain multi-cell run, here since 2026-12-07)."""
     (tmp_path / "gpu_probe.py").write_text(
         "import json, os\nfrom losses import LossSpec\nfrom losses.sft import spec as sft\n\n"
         "def probe(inputs):\n"
@@ -74,7 +75,7 @@ def test_ray_gives_each_cell_the_gpus_it_requested(tmp_path, micro_model_dir):
         "spec = LossSpec(name='gpu_probe', fn=probe, paradigm='sft', data='sft', needs_reference=False,\n"
         "                paper='none', description='sft recording its CUDA_VISIBLE_DEVICES (tests only)')\n"
     )
-    g = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["gpu_probe"], "seed": [0]}))
+    g = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["gpu_probe"], "seed": [0, 1]}))
     probe = tmp_path / "seen.jsonl"
     script = (
         "import ray, sys\n"
@@ -90,9 +91,11 @@ def test_ray_gives_each_cell_the_gpus_it_requested(tmp_path, micro_model_dir):
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "ray: 1 cell(s) each request 1 rank(s), 1 GPU(s), 1 CPU(s)" in proc.stdout
+    assert "ray: 2 cell(s) each request 1 rank(s), 1 GPU(s), 1 CPU(s)" in proc.stdout
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "out").rglob("run.json")]
+    assert sorted((r["seed"], r["status"]) for r in recs) == [(0, "finished"), (1, "finished")], recs
     seen = {json.loads(line) for line in probe.read_text().splitlines()}
-    assert len(seen) == 1 and next(iter(seen)) in ("0", "1"), seen  # one of the two declared GPUs
+    assert seen and seen <= {"0", "1"}, seen  # each cell one of the two declared GPUs
 
 
 def test_the_grid_file_sets_the_requests_and_the_command_line_wins(tmp_path, micro_model_dir):

@@ -1,7 +1,9 @@
 """Cells across nodes (issue 38): two torchrun agents on this machine, joined by torchrun's c10d
 rendezvous over gloo, stand in for two nodes.
 
-* a 2-node x 1-rank cell's records equal the standalone 2-rank cell's (offline and online);
+* a 2-node x 1-rank cell's records equal the standalone 2-rank cell's (online: sgrpo, whose rounds
+  sample, score and train; until 2026-12-07 dpo too, whose path across ranks the lost-node, pre-emption
+  and Ray tests below also run);
 * a node lost mid-step (its agent and ranks killed) fails its cell with one line naming the node, and
   the grid goes on to its next cell;
 * a cell pre-empted at 2 ranks resumes on 2 nodes and then on 1 rank, and ends where the
@@ -61,12 +63,12 @@ def _metrics(out: Path, run_id: str) -> list[dict]:
 
 
 def test_a_two_node_cell_records_equal_the_two_rank_cell(tmp_path, micro_model_dir):
-    grid = _grid(tmp_path, micro_model_dir, ["dpo", "sgrpo"])
+    grid = _grid(tmp_path, micro_model_dir, ["sgrpo"])
     one = _run(grid, tmp_path / "one", "--nproc", "2")
     two = _run(grid, tmp_path / "two", "--nnodes", "2", "--nproc", "1")
     assert one.returncode == 0 and two.returncode == 0, (one.stderr[-2000:], two.stderr[-2000:])
     a, b = records(tmp_path / "one"), records(tmp_path / "two")
-    assert sorted(a) == sorted(b) and len(a) == 2
+    assert sorted(a) == sorted(b) and len(a) == 1
     for run_id in a:
         assert (a[run_id]["nodes"], b[run_id]["nodes"]) == (1, 2)
         assert a[run_id]["world_size"] == b[run_id]["world_size"] == 2
