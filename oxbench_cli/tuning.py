@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from oxbench.grid import tune
-from oxbench.grid.spec import GridError, tuned_cells, tuning_cells
+from oxbench.grid.spec import GridError, tune_plan, tuned_cells
 from oxbench.utils import write_json_atomic
 from oxbench_cli.app import err_console, fail, out_console, tagged
 from oxbench_cli.plan import _estimate_seconds
@@ -19,9 +19,10 @@ def tune_first(g, out: Path, plan: bool, run_cells: Callable[[list], list[dict]]
     """Runs (or, with ``plan``, lists) the tuning cells, picks, and returns the grid's cells at their
     arm's pick (those whose tune has ended) and the tuning cells' records."""
     try:
-        cells = tuning_cells(g, g.name)
+        tp = tune_plan(g, g.name)  # every tuning cell built once: run here, then read for the picks
     except GridError as exc:
         fail(str(exc))
+    cells = tune.tuning_cells(tp.arms)
     spec = g.tune
     out_console.print(
         f"tuning: {len(cells)} cells on the validation split ({len(spec.seeds)} tuning seeds); the pick: the "
@@ -30,7 +31,7 @@ def tune_first(g, out: Path, plan: bool, run_cells: Callable[[list], list[dict]]
     )
     records = run_cells(cells)
     try:
-        ready, state, waiting = tuned_cells(g, out, g.name)
+        ready, state, waiting = tuned_cells(g, out, g.name, tp)
     except GridError as exc:
         fail(str(exc))
     if not plan:

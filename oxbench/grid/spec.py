@@ -40,7 +40,7 @@ import math
 import operator
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -285,31 +285,48 @@ def expand(grid: GridFile, where: str = "grid") -> list[RunConfig]:
     return cells
 
 
-def tuning_cells(grid: GridFile, where: str = "grid") -> list[RunConfig]:
+class TunePlan(NamedTuple):
+    """A tuned grid's cells, the builder and its arms' tuning cells (:func:`oxbench.grid.tune.plan`),
+    built and validated once."""
+
+    pairs: list
+    build: Any
+    arms: list
+
+
+def tune_plan(grid: GridFile, where: str = "grid") -> TunePlan:
+    """The tuning plan of a grid with ``tune:``, checked and validated (a GridError naming the field)."""
+    pairs, build = _expanded(grid, where)
+    return TunePlan(pairs, build, _tuning(grid, pairs, build, where))
+
+
+def tuning_cells(grid: GridFile, where: str = "grid", tp: TunePlan | None = None) -> list[RunConfig]:
     """The tuning cells of a grid with ``tune:`` (:func:`oxbench.grid.tune.tuning_cells`), validated."""
-    return _tuning(grid, *_expanded(grid, where), where)
+    from oxbench.grid import tune
+
+    return tune.tuning_cells((tp or tune_plan(grid, where)).arms)
 
 
 def tuned_cells(
-    grid: GridFile, out: Path, where: str = "grid"
+    grid: GridFile, out: Path, where: str = "grid", tp: TunePlan | None = None
 ) -> tuple[list[RunConfig], dict, list[RunConfig]]:
     """The grid's cells at their arm's pick, where its tune has ended, and what the tune says per arm
     (:func:`oxbench.grid.tune.final_cells`, from the tuning records under ``out``)."""
     from oxbench.grid import tune
 
-    pairs, build = _expanded(grid, where)
+    tp = tp or tune_plan(grid, where)
     try:
-        return tune.final_cells(grid.tune, grid.name, pairs, out, build)
+        return tune.final_cells(grid.tune, tp.arms, tp.pairs, out, tp.build)
     except ValueError as exc:
         raise GridError(f"{where}: {exc}") from None
 
 
-def _tuning(grid: GridFile, pairs, build, where: str) -> list[RunConfig]:
+def _tuning(grid: GridFile, pairs, build, where: str) -> list:
     from oxbench.grid import tune
 
     try:
         tune.check(grid.tune, [cfg for _, cfg in pairs])
-        return tune.tuning_cells(grid.tune, grid.name, pairs, build)
+        return tune.plan(grid.tune, grid.name, pairs, build)
     except GridError:
         raise
     except ValueError as exc:

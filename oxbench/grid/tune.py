@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,13 +130,28 @@ def tuning_values(name: str, cfg: RunConfig, point: dict[str, float], seed: int)
     return {**point_values(cfg, point), "seed": seed, "grid": tune_grid(name), **VALIDATION_ONLY}
 
 
-def tuning_cells(spec: TuneSpec, name: str, pairs: Pairs, build: Build) -> list[RunConfig]:
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a tuned grid: the values its first cell was built from, that cell, and each point of
+    its sweep with its tuning cells (one per tuning seed), built once."""
+
+    values: dict
+    cfg: RunConfig
+    points: list[tuple[dict[str, float], list[RunConfig]]]
+
+
+def plan(spec: TuneSpec, name: str, pairs: Pairs, build: Build) -> list[Arm]:
     """Each arm of the grid × its points × the tuning seeds, on the validation split (module doc, 2)."""
-    out = []
-    for values, arm in arms(pairs):
-        for point in points(spec, arm):
-            out += [build({**values, **tuning_values(name, arm, point, seed)}) for seed in spec.seeds]
-    return out
+    return [
+        Arm(values, cfg, [(p, [build({**values, **tuning_values(name, cfg, p, s)}) for s in spec.seeds])
+                          for p in points(spec, cfg)])
+        for values, cfg in arms(pairs)
+    ]  # fmt: skip
+
+
+def tuning_cells(tuned: list[Arm]) -> list[RunConfig]:
+    """Every tuning cell of ``tuned``, arm by arm, point by point, seed by seed."""
+    return [cell for arm in tuned for _, cells in arm.points for cell in cells]
 
 
 #: what a tuning cell evaluates: the validation split and nothing of the test split's
@@ -202,19 +218,15 @@ def check(spec: TuneSpec, cells: list[RunConfig]) -> None:
             )
 
 
-def scored(
-    spec: TuneSpec, name: str, arm: tuple[dict, RunConfig], out: Path, build: Build
-) -> tuple[list, int, int]:
+def scored(spec: TuneSpec, arm: Arm, out: Path) -> tuple[list, int, int]:
     """For one arm: (point, its finished tuning seeds' values of the metric) per point, how many of its
     tuning cells ended (finished or failed) and how many it has."""
     from oxbench.grid.runs import read_record, run_dir
 
-    values, cfg = arm
     rows, ended, total = [], 0, 0
-    for point in points(spec, cfg):
+    for point, cells in arm.points:
         got = []
-        for seed in spec.seeds:
-            cell = build({**values, **tuning_values(name, cfg, point, seed)})
+        for cell in cells:
             rec = read_record(run_dir(out, cell.grid, cell.run_id())) or {}
             total += 1
             ended += rec.get("status") in ("finished", "failed")
@@ -235,25 +247,25 @@ def _metric(rec: dict, metric: str) -> float:
 
 
 def final_cells(
-    spec: TuneSpec, name: str, pairs: Pairs, out: Path, build: Build
+    spec: TuneSpec, tuned: list[Arm], pairs: Pairs, out: Path, build: Build
 ) -> tuple[list[RunConfig], dict, list[RunConfig]]:
     """The grid's cells at their arm's pick, for the arms whose tuning has ended; per arm (its first
     cell's run_id) what the tune says: ``status`` (picked, pending or none), the pick and means, its
     factor-1 ``default``; and the untuned cells of the arms still pending (what a plan estimates)."""
     ready, state, waiting = [], {}, []
-    for arm in arms(pairs):
-        rows, ended, total = scored(spec, name, arm, out, build)
+    for arm in tuned:
+        rows, ended, total = scored(spec, arm, out)
         chosen = pick(spec, rows) if ended == total else None
         status = "pending" if ended < total else ("picked" if chosen else "none")
-        key = arm_key(arm[1])
+        key = arm_key(arm.cfg)
         mine = [(v, c) for v, c in pairs if arm_key(c) == key]
-        state[arm[1].run_id()] = {
-            "method": arm[1].method,
+        state[arm.cfg.run_id()] = {
+            "method": arm.cfg.method,
             "status": status,
             "ended": ended,
             "cells": total,
             "final_cells": len(mine),
-            "default": {k: v for k, v in own_values(arm[1]).items() if k in sweep_of_cell(spec, arm[1])},
+            "default": {k: v for k, v in own_values(arm.cfg).items() if k in sweep_of_cell(spec, arm.cfg)},
             **(chosen or {}),
         }
         if chosen:
