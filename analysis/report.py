@@ -947,6 +947,8 @@ def _isocompute_section(root: Path, n_boot: int = 200) -> dict | None:
 
 def _tuning_section(root: Path) -> dict | None:
     """Each arm's pick and sweep when the grid was tuned (:func:`analysis.board.tuning_section`)."""
+    if not (root.with_name(root.name + "_tune") / "picks.json").is_file():
+        return None  # not tuned: analysis.board (and scipy.stats under it, 0.8 s) is not imported
     from analysis.board import tuning_section
 
     section = tuning_section(root)

@@ -1,10 +1,10 @@
 """What each cell asks its cluster scheduler for (issue 38, item 2): its ranks' GPUs and CPUs, the vLLM
 servers' own GPUs where they run apart, and Slurm's partition, account, QOS and extra options; checked in
-the sbatch script submitit writes, in what Ray hands a task, and in ``--plan``."""
+the sbatch script submitit writes and in ``--plan``; what Ray hands a task is checked by the Ray
+pre-emption test (tests/test_preemption.py), whose cell asks for a GPU."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -59,43 +59,6 @@ def test_the_sbatch_script_asks_for_them(tmp_path, monkeypatch):
                  "#SBATCH --nodes=1", "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --qos=high",
                  "#SBATCH --constraint=h100", "#SBATCH --exclusive", "#SBATCH --time=60"):  # fmt: skip
         assert line in script, (line, script)
-
-
-@pytest.mark.slow
-def test_ray_gives_each_cell_the_gpus_it_requested(tmp_path, micro_model_dir):
-    """A local Ray cluster declared with 2 GPUs: each of two 1-rank cells asking 1 GPU per rank is handed
-    one, and its cell process sees it as ``CUDA_VISIBLE_DEVICES`` (written by a loss that records it);
-    both cells finish (the Ray executor's plain multi-cell run, here since 2026-12-07)."""
-    (tmp_path / "gpu_probe.py").write_text(
-        "import json, os\nfrom losses import LossSpec\nfrom losses.sft import spec as sft\n\n"
-        "def probe(inputs):\n"
-        "    with open(os.environ['PROBE_OUT'], 'a') as f:\n"
-        "        f.write(json.dumps(os.environ.get('CUDA_VISIBLE_DEVICES')) + '\\n')\n"
-        "    return sft.fn(inputs)\n\n"
-        "spec = LossSpec(name='gpu_probe', fn=probe, paradigm='sft', data='sft', needs_reference=False,\n"
-        "                paper='none', description='sft recording its CUDA_VISIBLE_DEVICES (tests only)')\n"
-    )
-    g = write(tmp_path, "g.yaml", grid(micro_model_dir, axes={"method": ["gpu_probe"], "seed": [0, 1]}))
-    probe = tmp_path / "seen.jsonl"
-    script = (
-        "import ray, sys\n"
-        "ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)\n"
-        "from oxbench_cli import main\n"
-        f"sys.argv = ['oxbench', 'run', '--grid', {str(g)!r}, '--out', {str(tmp_path / 'out')!r},\n"
-        "            '--executor', 'ray', '--gpus-per-rank', '1', '--plugin', 'gpu_probe']\n"
-        "main()\n"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "PROBE_OUT": str(probe)}  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "ray: 2 cell(s) each request 1 rank(s), 1 GPU(s), 1 CPU(s)" in proc.stdout
-    recs = [json.loads(p.read_text()) for p in (tmp_path / "out").rglob("run.json")]
-    assert sorted((r["seed"], r["status"]) for r in recs) == [(0, "finished"), (1, "finished")], recs
-    seen = {json.loads(line) for line in probe.read_text().splitlines()}
-    assert seen and seen <= {"0", "1"}, seen  # each cell one of the two declared GPUs
 
 
 def test_the_grid_file_sets_the_requests_and_the_command_line_wins(tmp_path, micro_model_dir):

@@ -112,23 +112,59 @@ def test_a_preempted_slurm_job_checkpoints_is_requeued_and_resumes(tmp_path, mic
     assert "this job is preempted" in logs and f"Requeued job {job}" in logs, logs[-2000:]
 
 
-def test_a_preempted_ray_cell_is_retried_and_resumes(tmp_path, micro_model_dir):
-    """SIGTERM to the cell process under a Ray task (a node being drained): the cell checkpoints and
-    records ``preempted``, the task raises, Ray retries it, and the retry resumes from the checkpoint."""
+GPU_PROBE = """
+import dataclasses
+import json
+import os
+
+from slow_plugin import spec as slow
+
+
+def probe(inputs):
+    with open(os.environ["PROBE_OUT"], "a") as f:
+        f.write(json.dumps(os.environ.get("CUDA_VISIBLE_DEVICES")) + "\\n")
+    return slow.fn(inputs)
+
+
+spec = dataclasses.replace(slow, name="gpu_probe", fn=probe,
+                           description="slow sft recording its CUDA_VISIBLE_DEVICES (tests only)")
+"""
+
+
+def test_a_preempted_ray_cell_gets_its_gpu_is_retried_and_resumes(tmp_path, micro_model_dir):
+    """A local Ray cluster declared with 2 GPUs; a 1-rank cell asking 1 GPU per rank is handed one (its
+    cell process sees it as ``CUDA_VISIBLE_DEVICES``, written by a loss that records it, issue 38.2).
+    Then SIGTERM to the cell process (a node being drained): the cell checkpoints and records
+    ``preempted``, the task raises, Ray retries it, and the retry resumes from the checkpoint. (One Ray
+    cluster for both since 2026-12-07: each start costs CI about 15 s.)"""
     pytest.importorskip("ray")
     grid, env = _grid(tmp_path, micro_model_dir)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oxbench_cli", "run", "--grid", str(grid), "--out", str(out),
-           "--plugin", "slow_plugin", "--executor", "ray"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    g = yaml.safe_load(grid.read_text())
+    g["axes"]["method"] = ["gpu_probe"]
+    grid.write_text(yaml.safe_dump(g))
+    (tmp_path / "gpu_probe.py").write_text(GPU_PROBE)
+    out, probe = tmp_path / "out", tmp_path / "seen.jsonl"
+    script = (
+        "import ray, sys\n"
+        "ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)\n"
+        "from oxbench_cli import main\n"
+        f"sys.argv = ['oxbench', 'run', '--grid', {str(grid)!r}, '--out', {str(out)!r},\n"
+        "            '--executor', 'ray', '--gpus-per-rank', '1', '--plugin', 'gpu_probe']\n"
+        "main()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**env, "PROBE_OUT": str(probe)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.time() + 300
     while time.time() < deadline and not list(out.glob("ex/*/checkpoints/step-00000002")):
         time.sleep(0.1)
     os.kill(_process_with(b"oxbench.grid.cell", str(out).encode()), signal.SIGTERM)
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
+    said, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, said[-2000:] + err[-3000:]
+    assert "ray: 1 cell(s) each request 1 rank(s), 1 GPU(s), 1 CPU(s)" in said, said[-2000:]
     (rec,) = records(out).values()
     assert rec["status"] == "finished" and rec["resumed_from_step"] >= 2, rec
+    seen = {json.loads(line) for line in probe.read_text().splitlines()}
+    assert seen and seen <= {"0", "1"}, seen  # one of the two declared GPUs, in both attempts
 
 
 HUNG_PLUGIN = """
