@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.stats import adjust_pvalues, summarize, welch_vs_baseline
+from analysis.stats import adjust_pvalues, by_arm, summarize, welch_vs_baseline
 from analysis.twoway import two_way_difference, two_way_mean
 
 #: metric -> (split, outcome column) of eval.jsonl
@@ -69,7 +69,8 @@ def two_way_summary(arms: pd.DataFrame, outcomes: pd.DataFrame, metric: str) -> 
     """:func:`~analysis.stats.summarize`'s table with the two-way interval in ``ci_low``/``ci_high`` where
     the cell has per-problem outcomes; the seed-only t-interval in ``seed_ci_low``/``seed_ci_high``; both
     clipped to [0, 1] for a share (a metric of :data:`OUTCOMES`, or one whose values all lie in [0, 1]);
-    ``n_problems`` and ``unit``."""
+    ``n_problems`` and ``unit``. A cell is an arm (:func:`~analysis.stats.by_arm`), as in the table."""
+    arms = by_arm(arms)
     table = summarize(arms, metric)
     if metric in OUTCOMES or arms[metric].dropna().between(0, 1).all():  # a share: intervals inside [0, 1]
         table["ci_low"], table["ci_high"] = table["ci_low"].clip(lower=0.0), table["ci_high"].clip(upper=1.0)
@@ -98,7 +99,9 @@ def two_way_vs_baseline(
     """:func:`~analysis.stats.welch_vs_baseline`'s table, decided on the two-way test where both cells have
     per-problem outcomes: ``delta``, ``ci_low``/``ci_high``, ``p``, ``p_adj`` (``correction`` over the arms
     of a scale), ``significant``, and ``adj_ci_low``/``adj_ci_high`` at level 1 − α/m; the seed-only
-    Welch numbers in ``seed_ci_low``, ``seed_ci_high``, ``seed_p``, ``seed_p_adj``, ``seed_significant``."""
+    Welch numbers in ``seed_ci_low``, ``seed_ci_high``, ``seed_p``, ``seed_p_adj``, ``seed_significant``.
+    A cell is an arm (:func:`~analysis.stats.by_arm`), as in Welch's table."""
+    arms = by_arm(arms)
     tests = welch_vs_baseline(arms, metric, baseline, correction=correction, alpha=alpha)
     for col in ("ci_low", "ci_high", "p", "p_adj", "significant"):
         tests[f"seed_{col}"] = tests[col]

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.crossed import BOTH, outcome_matrix, two_way_summary, two_way_vs_baseline
 
@@ -84,3 +85,24 @@ def test_without_outcomes_a_cell_keeps_the_seed_only_numbers_and_says_so():
     assert t["unit"] == "seeds" and t["p"] == t["seed_p"] and math.isnan(t["adj_ci_low"])
     one = two_way_summary(runs[runs["seed"] == 0], empty, "accuracy")
     assert one["ci_low"].isna().all()  # one seed: no interval at all
+
+
+def test_a_cell_is_an_arm_not_every_run_of_its_method():
+    """Two arms of one method (full fine-tuning "arm" and "arm (LoRA)", as lora_factorial's): each cell's
+    outcomes are its own arm's runs, as the seed-only table's are (they once pooled both arms' runs)."""
+    runs, outcomes = grid()
+    lora = runs[runs["method"] == "arm"].assign(run_id=lambda r: r["run_id"] + "-lora", accuracy=0.0)
+    zero = outcomes[outcomes["run_id"].str.startswith("arm")].assign(
+        run_id=lambda o: o["run_id"] + "-lora", correct=False
+    )
+    runs = pd.concat([runs, lora], ignore_index=True)
+    runs["arm"] = runs["method"] + np.where(runs["run_id"].str.endswith("-lora"), " (LoRA)", "")
+    outcomes = pd.concat([outcomes, zero], ignore_index=True)
+    table = two_way_summary(runs, outcomes, "accuracy").set_index("method")
+    assert (table["unit"] == BOTH).all() and table.loc["arm (LoRA)", "mean"] == 0.0
+    assert table.loc["arm", "ci_low"] < table.loc["arm", "mean"] < table.loc["arm", "ci_high"]
+    t = two_way_vs_baseline(runs, outcomes, "accuracy", "base", correction="none", alpha=0.05)
+    t = t.set_index("method")
+    full = runs[runs["arm"] == "arm"]["accuracy"].mean()
+    assert t.loc["arm", "delta"] == pytest.approx(full - t.loc["arm", "baseline_mean"])
+    assert t.loc["arm (LoRA)", "unit"] == BOTH and t.loc["arm (LoRA)", "p"] < 0.05
