@@ -361,7 +361,9 @@ class DataConfig(Strict):
     # columns): a .jsonl or .parquet file, or a datasets save_to_disk directory. An offline method trains
     # on its first n_train rows instead of self-play or the task's gold answers (a pair loss, BCO's
     # paired form included, on preference rows; KTO on unpaired or preference rows; SFT on completions);
-    # evaluation stays the task's. None: the task's rows, as before (docs/data.md).
+    # an online method samples its rollouts' prompts from the file's first online.n_prompts rows, rewarded
+    # by online.rewards (each row's other columns passed to them); evaluation stays the task's. None: the
+    # task's rows, as before (docs/data.md).
     path: str | None = added(None)
 
     @field_validator("subset")
@@ -520,7 +522,8 @@ class OnlineConfig(Strict):
     temperature: float = 1.0
     max_new_tokens: int = 48
     pair_refresh_every: int = 1  # generates_own_pairs methods: regenerate pairs every N epochs
-    n_prompts: int | None = None  # prompts drawn from (None: the whole train split; arith: 10,000)
+    # prompts drawn from (None: the whole train split; arith: 10,000); with data.path, the file's first rows
+    n_prompts: int | None = None
     # the grader that scores rollouts; random: a coin flip per completion text, whatever it says (a
     # control for collapse caused by reward noise alone); shuffled-<grader>: that grader's rewards
     # permuted within each prompt's group, so every group keeps its real reward mean and spread (the

@@ -3,9 +3,10 @@
 Every type (prompt-only, prompt-completion, preference with an explicit or implicit prompt, unpaired
 preference) in either form (standard strings, conversational messages) is detected from its columns and
 rendered as TRL renders it; jsonl, parquet and ``save_to_disk`` directories read alike; a file whose
-columns match no format, or that cannot make the method's examples, is the grid's one-line error before
-any work; and a preference jsonl in TRL's format trains DPO, IPO and SimPO, an unpaired one KTO, on the
-real-format checkpoint (a Qwen2 model with a chat template) to finished records.
+columns match no format, or that cannot make the method's examples (an online method's: prompts), is
+the grid's one-line error before any work; and a preference jsonl in TRL's format trains DPO, IPO and
+SimPO, an unpaired one KTO, on the real-format checkpoint (a Qwen2 model with a chat template) to
+finished records. Online methods on a file's prompts: ``tests/test_online_prompts.py``.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def test_every_type_is_detected_in_either_form(tmp_path, kind, conversational):
     row = {**example(kind, conversational), "source": "extra columns are ignored"}
     data = formats.load(jsonl(tmp_path / "d.jsonl", [row, row]))
     assert (data.type, data.conversational, len(data.rows)) == (kind, conversational, 2)
-    assert "source" not in data.rows[0]
+    assert "source" not in data.rows[0] and data.extra[0] == {"source": "extra columns are ignored"}
 
 
 def test_a_string_prompt_beside_conversational_pairs_is_an_implicit_prompt(tmp_path):
@@ -226,7 +227,7 @@ def _grid_with_data(tmp_path: Path, model_dir: str, path: Path, method: str) -> 
         ),
         (STANDARD["unpaired"], "dpo", ("unpaired preference rows, which make no preference pairs",)),
         (STANDARD["prompt_only"], "kto", ("prompt-only rows, which make no unpaired examples",)),
-        (STANDARD["preference"], "sgrpo", ("a data file trains offline methods only",)),
+        (STANDARD["implicit_preference"], "sgrpo", ("which give no prompts; online methods train on",)),
     ],
 )
 def test_a_data_file_that_cannot_train_the_cell_is_the_grid_s_one_line_error(

@@ -3,8 +3,8 @@
 A file is a ``.jsonl`` file, a ``.parquet`` file or a directory written by ``datasets``'
 ``save_to_disk`` (a ``DatasetDict``'s ``train`` split). Its columns say its type, as in TRL:
 
-* prompt-only, ``prompt``: nothing trains on it from a file yet (online methods sample the task's);
-* prompt-completion, ``prompt``, ``completion``: SFT methods;
+* prompt-only, ``prompt``: online methods (their rollouts' prompts, rewarded by ``online.rewards``);
+* prompt-completion, ``prompt``, ``completion``: SFT methods; online methods (its prompts);
 * preference, ``prompt``, ``chosen``, ``rejected``: pair losses (BCO's paired form too); KTO (each pair
   one desirable and one undesirable row); SFT methods (the chosen completions);
 * preference with an implicit prompt, ``chosen``, ``rejected`` (the prompt is their common start): as
@@ -12,7 +12,9 @@ A file is a ``.jsonl`` file, a ``.parquet`` file or a directory written by ``dat
 * unpaired preference, ``prompt``, ``completion``, ``label`` (true: desirable): KTO; SFT methods (the
   rows labelled true).
 
-Other columns are ignored. Each text column is *standard* (a string) or *conversational* (a list of
+An online method samples its rollouts' prompts from a file with a ``prompt`` column (every type but the
+implicit prompt's): every other column of a row reaches the reward functions as a keyword argument, as
+in TRL's ``GRPOTrainer`` (:func:`prompt_rows`). Offline, other columns are ignored. Each text column is *standard* (a string) or *conversational* (a list of
 ``{"role", "content"}`` messages), as the first row has it. Rows become text as TRL's trainers make it:
 standard rows as written, with the end-of-sequence token appended to each completion that lacks it;
 conversational rows through the tokenizer's chat template (the prompt with the generation prompt, each
@@ -24,11 +26,12 @@ task's question. Every problem is a :class:`DataFileError`: one line naming the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import takewhile
 from pathlib import Path
 
 from oxbench.tasks.errors import TaskError, TaskFileNotFoundError
+from oxbench.tasks.rewards import FILE_ROW
 
 # type -> its columns; the order is detection's: the first whose columns the file has
 TYPES = {
@@ -63,6 +66,12 @@ TAKES = {
     "sft": ("prompt_completion", *PAIRED, "unpaired"),
 }
 KIND_NAMES = {"pairs": "preference pairs", "unpaired": "unpaired examples", "sft": "completions"}
+# the types an online method takes its prompts from: those with a prompt column
+ONLINE = ("prompt_only", "prompt_completion", "preference", "unpaired")
+ONLINE_ACCEPTED = (
+    "prompt-only (prompt); or a prompt-completion, preference or unpaired preference file's prompts (its "
+    "other columns go to the reward functions)"
+)
 SUFFIXES = (".jsonl", ".parquet")
 
 
@@ -73,13 +82,14 @@ class DataFileError(TaskError):
 @dataclass(frozen=True)
 class DataFile:
     """A file read and checked: its type (a :data:`TYPES` key), whether its rows are conversational,
-    the columns it has, and its rows (each the type's columns)."""
+    the columns it has, its rows (each the type's columns) and each row's other columns (``extra``)."""
 
     path: Path
     type: str
     conversational: bool
     columns: tuple[str, ...]
     rows: list[dict]
+    extra: list[dict] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -115,7 +125,8 @@ def load(path: str | Path) -> DataFile:
         raise DataFileError(f"{path}: its columns ({found}) match no dataset format; accepted: {ACCEPTED}")
     conversational = is_conversational(first.get(FORM_COLUMN[kind]))
     rows = [_checked(where, row, kind, conversational) for where, row in located]
-    return DataFile(path, kind, conversational, tuple(columns), rows)
+    extra = [{k: v for k, v in row.items() if k not in TYPES[kind]} for _, row in located]
+    return DataFile(path, kind, conversational, tuple(columns), rows, extra)
 
 
 def _checked(where: str, row, kind: str, conversational: bool) -> dict:
@@ -203,11 +214,13 @@ def check(path: str | Path, kind: str) -> DataFile:
     """The file, checked to make examples of ``kind`` (a loss's ``data``: sft, pairs, unpaired; ``online``
     for a method that trains online): a :class:`DataFileError` naming the file's type and what fits."""
     data = load(path)
-    if kind not in TAKES:
-        raise DataFileError(
-            f"{data.path}: online methods sample the task's prompts and grade against its answers; a data "
-            "file trains offline methods only (pair losses, KTO, SFT)"
-        )
+    if kind == "online":
+        if data.type not in ONLINE:
+            raise DataFileError(
+                f"{data.path}: holds {data.name} rows, which give no prompts; online methods train on "
+                f"{ONLINE_ACCEPTED}"
+            )
+        return data
     if data.type not in TAKES[kind]:
         takes = " or ".join(f"{NAMES[t]} ({', '.join(TYPES[t])})" for t in TAKES[kind])
         raise DataFileError(
@@ -302,3 +315,35 @@ def training_rows(data: DataFile, kind: str, tokenizer, n: int | None = None) ->
         "examples": len(rows),
     }
     return rows, stats | ({"pairs": len(rows)} if kind == "pairs" else {})
+
+
+def prompt_rows(data: DataFile, tokenizer, n: int | None = None) -> tuple[list[dict], dict]:
+    """The prompts an online method samples its rollouts from, the file's first ``n`` rows (None: all),
+    and what they are. Each row is ``{"id", "question", "prompt", "answer", FILE_ROW}``: ``prompt`` (and
+    ``question``) the text the policy is prompted with (a conversational prompt through the chat template
+    with the generation prompt, as TRL's ``GRPOTrainer``), ``answer`` the file's ``answer`` column (None
+    without one), and under :data:`~oxbench.tasks.rewards.FILE_ROW` what the reward functions get: the
+    prompt as the file has it, whether it is conversational, and every other column of the row."""
+    texts = render(data, tokenizer, n)
+    rows = []
+    for i, (row, extra, text) in enumerate(zip(data.rows, data.extra, texts)):
+        columns = {k: v for k, v in {**row, **extra}.items() if k != "prompt"}
+        file_row = {"prompt": row["prompt"], "conversational": data.conversational, "columns": columns}
+        rows.append(
+            {
+                "id": f"row-{i}",
+                "question": text["prompt"],
+                "prompt": text["prompt"],
+                "answer": columns.get("answer"),
+                FILE_ROW: file_row,
+            }
+        )
+    stats = {
+        "source": "file",
+        "path": str(data.path),
+        "format": data.type,
+        "conversational": data.conversational,
+        "rows": len(texts),
+        "prompts": len(rows),
+    }
+    return rows, stats

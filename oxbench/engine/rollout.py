@@ -24,7 +24,7 @@ import torch
 
 import oxbench.device as placement
 from oxbench.engine import model as M
-from oxbench.tasks.rewards import scored_group
+from oxbench.tasks.rewards import FILE_ROW, scored_group
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -203,8 +203,9 @@ class RolloutWorker:
         reward_fn,
         group_offset: int = 0,
     ) -> list[Rollout]:
-        """``n`` samples per row, each with its ids, behaviour log-probs, text and reward."""
-        prompts = [self.prompt(self.tokenizer, r["question"]) for r in rows]
+        """``n`` samples per row, each with its ids, behaviour log-probs, text and reward. A task's row is
+        prompted in the task's format; a data file's (``data.path``) with its rendered ``prompt``."""
+        prompts = [r["prompt"] if FILE_ROW in r else self.prompt(self.tokenizer, r["question"]) for r in rows]
         samples = self._sample(prompts, n, temperature, max_new_tokens, seed)
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):

@@ -105,7 +105,9 @@ def prepare_data(plan: RunPlan, model, tok, base_key: dict, *, verbose: bool) ->
     """The rows this method trains on, and statistics about them. Shared by every arm of a grid."""
     cfg = plan.cfg
     if cfg.data.path is not None:  # your own rows (oxbench.data.formats): no self-play, no task rows
-        kind = "online" if plan.caps.online else plan.caps.data
+        if plan.caps.online:  # the file's prompts (its first online.n_prompts), rewarded by online.rewards
+            return formats.prompt_rows(formats.check(cfg.data.path, "online"), tok, cfg.online.n_prompts)
+        kind = plan.caps.data
         return formats.training_rows(formats.check(cfg.data.path, kind), kind, tok, cfg.data.n_train)
     if plan.caps.online:  # prompts from the whole train split (or its subset by difficulty)
         prompts = online_prompts(cfg)

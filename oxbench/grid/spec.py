@@ -610,7 +610,9 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
             _check_task(json.dumps(task.model_dump(), sort_keys=True), _file_state(task.path, task.test_path))
         if cfg.data.path is not None:
             kind = "online" if plan.caps.online else plan.caps.data
-            _check_data_file(cfg.data.path, _file_state(cfg.data.path), kind)
+            columns = _check_data_file(cfg.data.path, _file_state(cfg.data.path), kind)
+            if plan.caps.online:
+                _check_online_file(cfg, spec, columns)
     except (losses.LossError, ModelError, TaskError) as exc:
         raise GridError(f"{where}: {exc}") from None
     except ValueError as exc:  # online micro-batches, or knobs allowing too few distinct problems
@@ -659,15 +661,45 @@ def _check_gsm8k(task: str, state: tuple) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def _check_data_file(path: str, state: tuple, kind: str) -> None:
-    """``data.path`` read and checked to make ``kind`` examples, once per file state and kind."""
+def _check_data_file(path: str, state: tuple, kind: str) -> tuple[str, ...]:
+    """``data.path`` read and checked to make ``kind`` examples, once per file state and kind: its columns."""
     from oxbench.data import formats
     from oxbench.tasks.errors import TaskError
 
     try:
-        formats.check(path, kind)
+        return formats.check(path, kind).columns
     except TaskError as exc:
         raise type(exc)(f"field 'data.path': {exc}") from None
+
+
+def _check_online_file(cfg: RunConfig, spec, columns: tuple[str, ...]) -> None:
+    """An online method on a data file's prompts: rewarded by ``online.rewards`` (the file has no task
+    answers for ``online.reward_grader``), a grader's reward only against an ``answer`` column, no
+    difficulty subset (measured on the task's problems), no gold answers for the chosen side."""
+    path = cfg.data.path
+    if cfg.online.rewards is None:
+        raise ValueError(
+            f"field 'online.rewards': {cfg.method} on the prompts of data.path {path} needs reward "
+            "functions for them: name them in online.rewards (docs/rewards.md)"
+        )
+    from oxbench.tasks.registry import GRADER_REWARDS
+
+    graders = [t.name for t in cfg.online.rewards if t.name in GRADER_REWARDS]
+    if graders and "answer" not in columns:
+        raise ValueError(
+            f"field 'online.rewards': reward {graders[0]!r} grades against an 'answer' column, which "
+            f"{path} has not (its columns: {', '.join(columns)})"
+        )
+    if cfg.data.subset is not None:
+        raise ValueError(
+            f"field 'data.subset': it picks the task's problems by difficulty; {cfg.method} samples the "
+            f"prompts of data.path {path}"
+        )
+    if spec.generates_own_pairs and spec.chosen_source == "gold":
+        raise ValueError(
+            f"field 'data.path': {cfg.method}'s chosen answers are the task's gold answers; the prompts "
+            f"of {path} have none"
+        )
 
 
 @functools.lru_cache(maxsize=16)

@@ -69,19 +69,39 @@ def group_rewards(reward_fn, completions: list[str], answer: str) -> list[float]
 # ------------------------------------------------------------------ reward functions in TRL's shape
 
 SKIPPED_COLUMNS = ("completions", "prompts")  # a row's columns of these names are not passed on
+# an online prompt of your own (data.path: oxbench.data.formats.prompt_rows) keeps, under this key, what
+# its reward functions get: the file's prompt, whether it is conversational, and the row's other columns
+FILE_ROW = "file_row"
 
 
 def trl_columns(row: dict, n: int) -> dict[str, list]:
     """The keyword arguments TRL gives a reward function for ``n`` completions of one problem: ``prompts``
-    (the question) and each column of the problem's row (``answer``, ``question``, ``id``, ...), each a
-    list of ``n``."""
+    (the question; a data file's prompt as the file has it) and each column of the problem's row
+    (``answer``, ``question``, ``id``, ...; a data file's row: every column but its prompt), each a list
+    of ``n``."""
+    if FILE_ROW in row:
+        own = row[FILE_ROW]
+        columns = {k: [v] * n for k, v in own["columns"].items() if k not in SKIPPED_COLUMNS}
+        return {"prompts": [own["prompt"]] * n, **columns}
     columns = {k: [v] * n for k, v in row.items() if k not in SKIPPED_COLUMNS}
     return {"prompts": [row.get("question")] * n, **columns}
 
 
+def trl_completions(row: dict, completions: list[str]) -> list:
+    """The completions as TRL gives them to a reward function: the texts; for a conversational prompt of
+    a data file, each one assistant message (its content after a final assistant message's, which the
+    completion continues)."""
+    own = row.get(FILE_ROW)
+    if own is None or not own["conversational"]:
+        return list(completions)
+    last = own["prompt"][-1]
+    start = last["content"] if last["role"] == "assistant" else ""
+    return [[{"role": "assistant", "content": start + c}] for c in completions]
+
+
 def call_reward(name: str, fn, completions: list[str], row: dict) -> list[float | None]:
     """``fn(completions=..., **columns)``, checked: one float (or None: no reward) per completion."""
-    got = fn(completions=list(completions), **trl_columns(row, len(completions)))
+    got = fn(completions=trl_completions(row, completions), **trl_columns(row, len(completions)))
     if not isinstance(got, list | tuple) or len(got) != len(completions):
         size = len(got) if isinstance(got, list | tuple) else type(got).__name__
         raise ValueError(f"reward {name!r} returned {size} for {len(completions)} completions")
@@ -94,13 +114,15 @@ def call_reward(name: str, fn, completions: list[str], row: dict) -> list[float 
 
 
 class GraderReward:
-    """A grader's reward (``strict``, ``shuffled-flexible``, ...: :func:`reward_function`) in TRL's shape."""
+    """A grader's reward (``strict``, ``shuffled-flexible``, ...: :func:`reward_function`) in TRL's shape:
+    each completion (a conversational one's message text) graded against the ``answer`` column."""
 
     def __init__(self, fn):
         self.fn = fn
 
-    def __call__(self, completions: list[str], answer: list[str], **columns) -> list[float]:
-        return group_rewards(self.fn, completions, answer[0])
+    def __call__(self, completions: list, answer: list, **columns) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return group_rewards(self.fn, texts, str(answer[0]))
 
 
 class WeightedRewards:
