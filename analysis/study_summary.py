@@ -1,6 +1,7 @@
 """Print the headline statistics of a study from its run records only (the numbers quoted in
-results/README.md): per-cell means with two-way intervals, every arm against the baseline with
-Bonferroni per scale, the leverage hierarchy, rank inversions between consecutive scales, paired tests
+results/README.md): per-cell means with two-way intervals, each arm's scores (strict mean ± SD over
+seeds, flexible, verified-flexible, the base's beside), every arm against the baseline (Δ in points)
+with Bonferroni per scale, the leverage hierarchy, rank inversions between consecutive scales, paired tests
 on shared problems, the in- vs out-of-distribution spread, and the method spread per task family
 (lm-eval tasks).
 
@@ -19,6 +20,7 @@ import pandas as pd
 
 import analysis
 from analysis.crossed import BOTH, two_way_summary, two_way_vs_baseline
+from analysis.stats import by_arm
 from analysis.units import (
     UNITS,
     drop_duplicate_arms,
@@ -46,6 +48,56 @@ def leaderboard(once: pd.DataFrame, outcomes: pd.DataFrame, merged: dict, scales
     )
 
 
+#: the scores table's columns: record column -> header (strict with its SD over seeds beside)
+SCORES = {"accuracy": "strict", "accuracy_flexible": "flexible", "accuracy_verified_flexible": "verified"}
+
+
+def scores(once: pd.DataFrame, merged: dict, scales: list[str]) -> None:
+    """Each arm's mean over seeds (%) of strict accuracy with its SD over seeds, and of flexible and
+    verified-flexible accuracy where the records have them (identical arms merged); first in each scale
+    the base's greedy scores (``base_<metric>``), where the records have them."""
+    arms, cols = by_arm(once), {c: h for c, h in SCORES.items() if c in once}
+    rows = []
+    for scale in scales:
+        cell = arms[arms["scale"] == scale]
+        if len(cell) and all(f"base_{c}" in cell for c in cols):
+            rows.append(
+                {"scale": scale, "method": "base", **{h: cell[f"base_{c}"].iloc[0] for c, h in cols.items()}}
+            )
+        for method, g in cell.groupby("method"):
+            row = {"scale": scale, "method": merged_label(method, merged), "n": len(g)}
+            rows.append({**row, **{h: g[c].mean() for c, h in cols.items()}, "sd": g["accuracy"].std()})
+    table = pd.DataFrame(rows, columns=["scale", "method", "n", "strict", "sd", *list(cols.values())[1:]])
+    table[table.columns[3:]] *= 100
+    table["n"] = table["n"].astype("Int64")
+    print(
+        "\nscores (%): mean over seeds, strict with its SD over seeds (sd), flexible and verified-flexible "
+        "(identical arms merged; base: the base model's greedy scores)\n",
+        table.round(1).to_string(na_rep="", float_format="{:.1f}".format),
+    )
+
+
+def versus_baseline(once: pd.DataFrame, outcomes: pd.DataFrame, baseline: str) -> None:
+    """Every arm against ``baseline`` (:func:`analysis.crossed.two_way_vs_baseline`): Δ and its interval in
+    points, Bonferroni over the arms compared within a scale; the seed-only Welch numbers beside."""
+    w = two_way_vs_baseline(once, outcomes, "accuracy", baseline, correction="bonferroni", alpha=0.05)
+    w[["delta", "ci_low", "ci_high"]] *= 100
+    m = ", ".join(f"{s} {n}" for s, n in w.groupby("scale", sort=False)["p"].count().items())
+    cols = ["scale", "method", "delta", "ci_low", "ci_high", "p", "p_adj", "significant", "unit"]
+    cols += ["seed_p", "seed_p_adj", "seed_significant", "hedges_g"]
+    print(
+        f"\nvs {baseline}: delta and its 95% interval in points; Bonferroni within each scale (m = {m or 0}); "
+        f"unit: {BOTH} where the runs have per-problem outcomes (the `unit` column), seed-only Welch beside "
+        f"({UNITS['welch']})\n",
+        w[cols].to_string(
+            formatters={
+                **{c: "{:.2g}".format for c in ("p", "p_adj", "seed_p", "seed_p_adj")},
+                **{c: "{:+.2f}".format for c in ("delta", "ci_low", "ci_high", "hedges_g")},
+            }
+        ),
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="a grid's results directory, e.g. results/oxrl_core")
@@ -63,16 +115,8 @@ def main() -> None:
     leaderboard(once, outcomes, merged, analysis.scale_order(df))
     if "base_accuracy" in df:
         print("\nbase accuracy (%)\n", (100 * df.groupby("scale")["base_accuracy"].first()).round(1))
-    w = two_way_vs_baseline(once, outcomes, "accuracy", args.baseline, correction="bonferroni", alpha=0.05)
-    cols = ["scale", "method", "delta", "ci_low", "ci_high", "p", "p_adj", "significant", "unit"]
-    cols += ["seed_p", "seed_p_adj", "seed_significant", "hedges_g"]
-    print(
-        f"\nvs {args.baseline}, Bonferroni within each scale; unit: {BOTH} where the runs have per-problem "
-        f"outcomes (the `unit` column), seed-only Welch beside ({UNITS['welch']})\n",
-        w[cols]
-        .round(4)
-        .to_string(formatters={c: "{:.2g}".format for c in ("p", "p_adj", "seed_p", "seed_p_adj")}),
-    )
+    scores(once, merged, analysis.scale_order(df))
+    versus_baseline(once, outcomes, args.baseline)
     print(
         f"\nleverage (identical arms once; unit: {UNITS['leverage']})\n",
         analysis.leverage(once, "accuracy").round(4),
