@@ -1,4 +1,4 @@
-"""oxbench's loss registry and the 51 built-in algorithms (one module each).
+"""oxbench's loss registry and the 52 built-in algorithms (one module each).
 
 Public API::
 

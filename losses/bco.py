@@ -12,7 +12,8 @@ Paper: arXiv:2404.04656, Sec. 3 (BCE loss with reward shift δ); TRL ``loss_type
 The implicit reward is the logit of a binary classifier: chosen responses are class 1, rejected
 class 0. The paper shows this BCE loss upper-bounds the DPO loss for any constant δ and picks the
 *reward shift* δ = (E[r_w] + E[r_l]) / 2, which tightens the bound, estimated during training as a
-running mean of the rewards.
+running mean of the rewards. The unpaired form, on labelled completions (TRL's ``BCOTrainer``), is
+:mod:`losses.bco_unpaired`, which shares this module's reward shift and state.
 
 ``reward_shift`` (this benchmark's name; neither TRL nor the paper names it):
 
@@ -59,26 +60,28 @@ def running_mean(state: dict | None, rewards: torch.Tensor) -> dict[str, torch.T
 
 
 def reward_shift_delta(
-    r_w: torch.Tensor, r_l: torch.Tensor, reward_shift: str, state: dict | None = None
+    rewards: torch.Tensor, reward_shift: str, state: dict | None = None, *, name: str = NAME
 ) -> tuple[torch.Tensor, dict | None]:
-    """δ (detached) and, for ``"running"``, the updated state."""
+    """δ (detached) of a batch's implicit ``rewards`` (every reward of the batch, any order) and, for
+    ``"running"``, the updated state; loss ``name``'s error names an unknown ``reward_shift``. Shared with
+    :mod:`losses.bco_unpaired`."""
     if reward_shift not in REWARD_SHIFTS:
         raise ValueError(
-            f"loss {NAME!r}: reward_shift must be one of {', '.join(REWARD_SHIFTS)}, got {reward_shift!r}"
+            f"loss {name!r}: reward_shift must be one of {', '.join(REWARD_SHIFTS)}, got {reward_shift!r}"
         )
     if reward_shift == "none":
-        return torch.zeros((), dtype=r_w.dtype, device=r_w.device), None
-    rewards = torch.cat([r_w, r_l]).detach()
+        return torch.zeros((), dtype=rewards.dtype, device=rewards.device), None
+    rewards = rewards.detach()
     if reward_shift == "batch":
         return rewards.mean(), None
     new = running_mean(state, rewards)
-    return new["reward_mean"].to(r_w.dtype).to(r_w.device), {k: v.float() for k, v in new.items()}
+    return new["reward_mean"].to(rewards.dtype).to(rewards.device), {k: v.float() for k, v in new.items()}
 
 
 def bco_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: str = "running") -> LossOutput:
     chosen, rejected = checked_logratios(inputs, NAME)
     r_w, r_l = beta * chosen, beta * rejected
-    delta, state = reward_shift_delta(r_w, r_l, reward_shift, inputs.state)
+    delta, state = reward_shift_delta(torch.cat([r_w, r_l]), reward_shift, inputs.state)
     losses = -F.logsigmoid(r_w - delta) - F.logsigmoid(-(r_l - delta))
     return pair_output(losses, r_w, r_l, {"bco/delta": delta}, state=state)
 

@@ -46,8 +46,11 @@ def kl_reference_point(kl_logps: Tensor, ref_kl_logps: Tensor) -> Tensor:
     return (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
 
 
-def kto_metrics(rewards: Tensor, labels: Tensor, z0: Tensor) -> dict[str, Tensor]:
-    metrics = {"kl": z0}
+def label_reward_metrics(rewards: Tensor, labels: Tensor) -> dict[str, Tensor]:
+    """``rewards/chosen`` and ``rewards/rejected`` (the mean reward of the desirable / undesirable
+    examples, present only when the batch has some) and their ``rewards/margin``; shared with
+    :mod:`losses.bco_unpaired`."""
+    metrics = {}
     if labels.any():
         metrics["rewards/chosen"] = rewards[labels].mean()
     if (~labels).any():
@@ -55,6 +58,10 @@ def kto_metrics(rewards: Tensor, labels: Tensor, z0: Tensor) -> dict[str, Tensor
     if labels.any() and (~labels).any():
         metrics["rewards/margin"] = metrics["rewards/chosen"] - metrics["rewards/rejected"]
     return metrics
+
+
+def kto_metrics(rewards: Tensor, labels: Tensor, z0: Tensor) -> dict[str, Tensor]:
+    return {"kl": z0, **label_reward_metrics(rewards, labels)}
 
 
 def kto_loss(

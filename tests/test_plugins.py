@@ -30,7 +30,7 @@ BUILTINS = sorted(
     """
     sft rft dpo ipo cdpo robust_dpo hinge exo nca bco sppo aot aot_unpaired apo_zero apo_down discopop
     ln_dpo dpop rdpo odpo betadpo caldpo fdpo wpo ld_dpo tdpo focalpo gpo dposhift drdpo chipo rpo sampo
-    tr_dpo simpo cpo orpo alphapo rrhf kto online_dpo spin sgrpo grpo dr_grpo dapo gspo cispo rloo
+    tr_dpo simpo cpo orpo alphapo rrhf kto bco_unpaired online_dpo spin sgrpo grpo dr_grpo dapo gspo cispo rloo
     reinforce_pp ppo
 """.split()
 )
@@ -56,8 +56,8 @@ def with_fake_entry_points(monkeypatch, extra: dict[str, list]) -> None:
 # --------------------------------------------------------------------------- registry
 
 
-def test_builtins_are_51_entry_points_of_this_repository():
-    assert len(BUILTINS) == 51 and len(set(BUILTINS)) == 51
+def test_builtins_are_52_entry_points_of_this_repository():
+    assert len(BUILTINS) == 52 and len(set(BUILTINS)) == 52
     eps = registry._entry_points()
     for name in BUILTINS:
         assert [ep.value for ep in eps[name]] == [f"losses.{name}:spec"], name
