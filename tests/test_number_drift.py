@@ -251,9 +251,9 @@ def test_the_oxrl_skill_tables_are_the_skill_gain_outputs():
 # default output directory is DEFAULT_OUT's) writes DIR, which is committed: it is rewritten here into a
 # temporary directory and must be the committed files byte for byte; any other command's output is a
 # committed "$ python -m" file (above). Every row of the section's tables must give, in order, the numbers
-# of one row of those outputs' tables, each rounded to the digits the page shows, and every confidence
-# interval its text quotes ("+0.036 [−0.002, +0.074]") must be one of theirs. UNSCRIPTED names the tables
-# no committed script prints, and why.
+# of one row of those outputs' tables (or of two rows that name it: an arm's scores, then its comparison),
+# each rounded to the digits the page shows, and every confidence interval its text quotes ("+0.036
+# [−0.002, +0.074]") must be one of theirs. UNSCRIPTED names the tables no committed script prints, and why.
 
 SECTIONS = [
     "## isocompute_flexible",
@@ -261,6 +261,7 @@ SECTIONS = [
     "## isocompute_matched_m",
     "## isocompute_flexible_wide",
     "## oxrl_core",
+    "## dpo_variants",
 ]
 #: where a command that takes no ``--out`` writes (its argparse default)
 DEFAULT_OUT = {"analysis.relabel_staleness": "results/staleness_relabelled"}
@@ -358,34 +359,75 @@ def test_the_committed_output_directories_are_what_their_commands_write(command,
     assert written and differ == [], f"{committed.relative_to(ROOT)}: {differ} differ; rerun '{command}'"
 
 
-def _row_numbers(outputs: list[str]) -> list[list[str]]:
-    """The numbers of every line of ``outputs`` (a markdown table's row or a printed DataFrame's), one
-    list a line."""
-    return [_numbers(line) for text in outputs for line in text.splitlines()]
+def _row_numbers(outputs: list[str]) -> list[tuple[set[str], list[str]]]:
+    """Every line of ``outputs`` (a markdown table's row or a printed DataFrame's): its words, and its
+    numbers in order."""
+    return [
+        (set(line.replace("|", " ").split()), _numbers(line))
+        for text in outputs
+        for line in text.splitlines()
+    ]
 
 
-def _unquoted_rows(heading: str, section: str, rows: list[list[str]]) -> list[str]:
-    """The rows of the section's tables whose numbers are not, in order, those of one output row."""
+def _given(row: list[str], lines: list[tuple[set[str], list[str]]]) -> bool:
+    """The numbers of a table row are, in order, those of one output line, or of two lines that both
+    name the row (the first word of each of its cells without a number, "orpo" or "tiny-m" and "rft": an
+    arm's scores in one table, its comparison in another), the first giving the row's first numbers."""
+    quoted = _numbers(" ".join(row))
+    if any(_in_order(quoted, printed) == [] for _, printed in lines):
+        return True
+    label = {c.strip("*").split()[0] for c in row if c.strip("*").strip() and not _numbers(c)}
+    named = [printed for words, printed in lines if label and label <= words]
+    return any(
+        any(_in_order(quoted[:k], a) == [] for a in named)
+        and any(_in_order(quoted[k:], b) == [] for b in named)
+        for k in range(1, len(quoted))
+    )
+
+
+def _unquoted_rows(heading: str, section: str, lines: list[tuple[set[str], list[str]]]) -> list[str]:
+    """The rows of the section's tables whose numbers no output line gives (:func:`_given`)."""
     bad = []
     for table in _tables(section):
         if (heading, table[0]) in UNSCRIPTED:
             continue
-        for row in table[2:]:
-            quoted = _numbers(" ".join(_cells(row)))
-            if quoted and not any(_in_order(quoted, printed) == [] for printed in rows):
-                bad.append(f"{row[:70]}…")
+        bad += [
+            f"{row[:70]}…"
+            for row in table[2:]
+            if _numbers(" ".join(_cells(row))) and not _given(_cells(row), lines)
+        ]
     return bad
 
 
 def _unquoted_intervals(section: str, outputs: list[str]) -> list[str]:
-    """The intervals "Δ [lo, hi]" of the section's text (its tables left out) that no output prints."""
+    """The intervals "Δ [lo, hi]" of the section's text (its tables left out) that no output prints, as
+    such or as three numbers in a row of one line (a DataFrame's delta, ci_low, ci_high)."""
     text = "\n".join(line for line in section.splitlines() if not line.strip().startswith("|"))
     printed = [m for o in outputs for m in CI.findall(re.sub(r"(?<=\d),(?=\d{3}\b)", "", o))]
+    printed += [
+        tuple(ns[i : i + 3])
+        for o in outputs
+        for line in o.splitlines()
+        for ns in [_numbers(line)]
+        for i in range(len(ns) - 2)
+    ]
     return [
         " ".join(q)
         for q in CI.findall(" ".join(text.split()))
         if not any(all(_shown(a, b) for a, b in zip(q, p)) for p in printed)
     ]
+
+
+def test_a_row_is_one_output_line_or_two_that_name_it():
+    """An arm's scores and its comparison, printed in two tables, make one README row; lines that do not
+    name the row's arm, or a number off in its last digit, do not."""
+    lines = _row_numbers(
+        ["0 tiny-s orpo 5 66.5 3.5", "0 tiny-s orpo +22.73 +15.62 +29.85 1.6e-05", "1 cpo +3.5"]
+    )
+    assert _given(["orpo", "66.5 ± 3.5", "+22.7 [+15.6, +29.9]", "2e-5"], lines)
+    assert not _given(["orpo", "66.5 ± 3.6", "+22.7 [+15.6, +29.9]"], lines)
+    assert not _given(["cpo", "66.5 ± 3.5", "+22.7 [+15.6, +29.9]"], lines)
+    assert _given(["cpo", "+3.5"], lines) and not _given(["kto", "66.5 ± 3.5", "+3.5"], lines)
 
 
 @pytest.mark.parametrize("heading", SECTIONS)
