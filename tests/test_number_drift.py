@@ -262,6 +262,8 @@ SECTIONS = [
     "## isocompute_flexible_wide",
     "## oxrl_core",
     "## dpo_variants",
+    "## lora_factorial",
+    "## lora_lr_sweep and lora_own_lr",
 ]
 #: where a command that takes no ``--out`` writes (its argparse default)
 DEFAULT_OUT = {"analysis.relabel_staleness": "results/staleness_relabelled"}
