@@ -5,8 +5,8 @@ preference) in either form (standard strings, conversational messages) is detect
 rendered as TRL renders it; jsonl, parquet and ``save_to_disk`` directories read alike; a file whose
 columns match no format, or that cannot make the method's examples (an online method's: prompts), is
 the grid's one-line error before any work; and a preference jsonl in TRL's format trains DPO, IPO and
-SimPO, an unpaired one KTO, on the real-format checkpoint (a Qwen2 model with a chat template) to
-finished records. Online methods on a file's prompts: ``tests/test_online_prompts.py``.
+SimPO, an unpaired one KTO and BCO's unpaired form, on the real-format checkpoint (a Qwen2 model with a
+chat template) to finished records. Online methods on a file's prompts: ``tests/test_online_prompts.py``.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def test_the_example_is_make_data_s_and_plans(monkeypatch):
     assert formats.check(root / "examples" / "byod" / "unpaired.jsonl", "unpaired").type == "unpaired"
     monkeypatch.chdir(root)
     result = runner.invoke(app, ["run", "--grid", "examples/byod/grid.yaml", "--plan"])
-    assert result.exit_code == 0 and "4 cells" in result.output, result.output
+    assert result.exit_code == 0 and "5 cells" in result.output, result.output
 
 
 def _cfg(checkpoint: Path, path: Path, method: str) -> RunConfig:
@@ -296,15 +296,19 @@ def _preference_rows() -> list[dict]:
 
 @pytest.mark.slow
 def test_trl_preference_and_unpaired_files_train_the_real_format_checkpoint(tmp_path, checkpoint):
-    """DPO, IPO and SimPO on a preference jsonl, KTO on an unpaired one: finished records whose data is
-    the file's (no self-play), two optimiser steps that moved the weights."""
+    """DPO, IPO and SimPO on a preference jsonl, KTO and BCO's unpaired form on an unpaired one: finished
+    records whose data is the file's (no self-play), two optimiser steps that moved the weights; BCO's
+    running reward mean is over both steps' rewards."""
     pref = jsonl(tmp_path / "pref.jsonl", _preference_rows())
     unpaired = [
         {"prompt": r["prompt"], "completion": r[side], "label": side == "chosen"}
         for r in _preference_rows()
         for side in ("chosen", "rejected")
     ]
-    cells = [(m, pref) for m in ("dpo", "ipo", "simpo")] + [("kto", jsonl(tmp_path / "kto.jsonl", unpaired))]
+    unpaired_path = jsonl(tmp_path / "unpaired.jsonl", unpaired)
+    cells = [(m, pref) for m in ("dpo", "ipo", "simpo")] + [
+        (m, unpaired_path) for m in ("kto", "bco_unpaired")
+    ]
     for method, path in cells:
         cfg = _cfg(checkpoint, path, method)
         rec = grid_runner.run_cell(cfg, tmp_path / "out", verbose=False)
@@ -320,5 +324,6 @@ def test_trl_preference_and_unpaired_files_train_the_real_format_checkpoint(tmp_
         ]
         assert all(math.isfinite(s["loss"]) for s in steps) and any(s["grad_norm"] > 0 for s in steps)
     assert rec["data"]["format"] == "unpaired" and stale_data(rec) is None
+    assert rec["method"] == "bco_unpaired" and rec["loss_state"]["count"] == 4  # 2 steps x 2 examples
     path.write_text(path.read_text().replace("#### 5", "#### 4"))  # the file changes: its record is stale
     assert stale_data(rec) == "stale: its data.path data changed since it ran"
