@@ -1,6 +1,7 @@
 """Print the headline statistics of a study from its run records only (the numbers quoted in
 results/README.md): per-cell means with two-way intervals, each arm's scores (strict mean ± SD over
-seeds, flexible, verified-flexible, the base's beside), every arm against the baseline (Δ in points)
+seeds, flexible, verified-flexible and each lm-eval task's, the base's beside; the tasks' documents and
+chance levels), every arm against the baseline (Δ in points)
 with Bonferroni per scale, the leverage hierarchy, rank inversions between consecutive scales, paired tests
 on shared problems, the in- vs out-of-distribution spread, and the method spread per task family
 (lm-eval tasks).
@@ -50,13 +51,46 @@ def leaderboard(once: pd.DataFrame, outcomes: pd.DataFrame, merged: dict, scales
 
 #: the scores table's columns: record column -> header (strict with its SD over seeds beside)
 SCORES = {"accuracy": "strict", "accuracy_flexible": "flexible", "accuracy_verified_flexible": "verified"}
+#: lm-eval tasks (record column ``lmeval_<task>``) in the order the scores table gives them; others after
+TASKS = ("oxbench_order", "oxbench_next", "oxbench_reverse", "oxbench_arith_hard")
+
+
+def lmeval_tasks(df: pd.DataFrame) -> list[str]:
+    """The lm-eval tasks the records score (``lmeval_<task>``), :data:`TASKS` first."""
+    found = {
+        c.removeprefix("lmeval_") for c in df if c.startswith("lmeval_") and not c.endswith(("_n", "_chance"))
+    }
+    return sorted(found, key=lambda t: (TASKS.index(t) if t in TASKS else len(TASKS), t))
+
+
+def score_columns(df: pd.DataFrame) -> dict[str, str]:
+    """Record column -> header of the scores table: :data:`SCORES` the records have, then each lm-eval
+    task's score (its name without ``oxbench_``)."""
+    own = {c: h for c, h in SCORES.items() if c in df}
+    return {**own, **{f"lmeval_{t}": t.removeprefix("oxbench_") for t in lmeval_tasks(df)}}
+
+
+def task_design(df: pd.DataFrame) -> None:
+    """Each lm-eval task's documents and chance level (%), as the records give them (the first run's)."""
+    rows = [
+        {
+            "task": t,
+            "documents": df[f"lmeval_{t}_n"].iloc[0],
+            "chance": 100 * df[f"lmeval_{t}_chance"].iloc[0],
+        }
+        for t in lmeval_tasks(df)
+        if f"lmeval_{t}_n" in df and f"lmeval_{t}_chance" in df
+    ]
+    if rows:
+        table = pd.DataFrame(rows).astype({"documents": int})
+        print("\nlm-eval tasks: test documents and chance (%)\n", table.round(1).to_string(index=False))
 
 
 def scores(once: pd.DataFrame, merged: dict, scales: list[str]) -> None:
     """Each arm's mean over seeds (%) of strict accuracy with its SD over seeds, and of flexible and
     verified-flexible accuracy where the records have them (identical arms merged); first in each scale
     the base's greedy scores (``base_<metric>``), where the records have them."""
-    arms, cols = by_arm(once), {c: h for c, h in SCORES.items() if c in once}
+    arms, cols = by_arm(once), score_columns(once)
     rows = []
     for scale in scales:
         cell = arms[arms["scale"] == scale]
@@ -71,8 +105,9 @@ def scores(once: pd.DataFrame, merged: dict, scales: list[str]) -> None:
     table[table.columns[3:]] *= 100
     table["n"] = table["n"].astype("Int64")
     print(
-        "\nscores (%): mean over seeds, strict with its SD over seeds (sd), flexible and verified-flexible "
-        "(identical arms merged; base: the base model's greedy scores)\n",
+        "\nscores (%): mean over seeds, strict with its SD over seeds (sd), flexible and verified-flexible, "
+        "each lm-eval task's where the records have them (identical arms merged; base: the base model's "
+        "greedy scores)\n",
         table.round(1).to_string(na_rep="", float_format="{:.1f}".format),
     )
 
@@ -116,6 +151,7 @@ def main() -> None:
     if "base_accuracy" in df:
         print("\nbase accuracy (%)\n", (100 * df.groupby("scale")["base_accuracy"].first()).round(1))
     scores(once, merged, analysis.scale_order(df))
+    task_design(df)
     versus_baseline(once, outcomes, args.baseline)
     print(
         f"\nleverage (identical arms once; unit: {UNITS['leverage']})\n",

@@ -274,18 +274,8 @@ UNSCRIPTED = {
         "at powers of 2 (not 12,288) and best@4 only at the matched C"
     ),
     ("## oxrl_core", "| family | tasks (200 test documents each; `next` has 181) | kind | chance |"): (
-        "the design: the task families and their chance levels (the tasks' definitions)"
-    ),
-    (
-        "## oxrl_core",
-        "| rung | in-domain strict / flexible / verified | order | next | reverse | hard (strict) |",
-    ): ("the bases' scores per task: analysis.study_summary prints a family's base score, not a task's"),
-    (
-        "## oxrl_core",
-        "| method | tiny-s strict | order | next | hard | tiny-m strict | order | next | reverse | hard |",
-    ): (
-        "strict mean ± SD over seeds and each method's score per task: analysis.study_summary prints two-way "
-        "intervals, not the SD, and scores per family, not per task"
+        "the design: the task families' definitions (study_summary prints each lm-eval task's documents and "
+        "chance, not the families' kinds or the in-domain task's chance)"
     ),
 }
 CI = re.compile(r"([+\-−]?\d[\d.]*) \[([+\-−]?\d[\d.]*), ([+\-−]?\d[\d.]*)\]")
