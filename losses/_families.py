@@ -44,6 +44,13 @@ def self_play_pairs_spec(name: str, fn: Callable, **fields: Any) -> LossSpec:
     )
 
 
+def unpaired_spec(name: str, fn: Callable, **fields: Any) -> LossSpec:
+    """An offline loss on unpaired completions labelled desirable or undesirable, scored against a
+    frozen reference: KTO, BCO's unpaired form (``paradigm="unpaired"``, ``data="unpaired"``,
+    ``needs_reference=True``)."""
+    return LossSpec(name=name, fn=fn, paradigm="unpaired", data="unpaired", needs_reference=True, **fields)
+
+
 def rollouts_spec(name: str, fn: Callable, **fields: Any) -> LossSpec:
     """An online loss on the policy's own graded rollouts: the GRPO family, PPO, RLOO, ...
     (``paradigm="online"``, ``data="online"``); each says whether it always ``needs_reference``

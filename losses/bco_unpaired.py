@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from losses._families import unpaired_spec
 from losses.bco import INITIAL_STATE, reward_shift_delta
 from losses.kto import label_reward_metrics
-from losses.registry import LossSpec, loss_name
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput
 
 NAME = loss_name(__name__)
@@ -67,12 +68,9 @@ def bco_unpaired_loss(inputs: LossInputs, *, beta: float = 0.1, reward_shift: st
     return LossOutput(losses.mean(), metrics, state=state)
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=bco_unpaired_loss,
-    paradigm="unpaired",
-    data="unpaired",
-    needs_reference=True,
+spec = unpaired_spec(
+    NAME,
+    bco_unpaired_loss,
     initial_state=INITIAL_STATE,
     paper="arXiv:2404.04656 Sec. 3 (BCE with reward shift, running mean; unpaired, TRL BCOTrainer)",
     version=1,

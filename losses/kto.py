@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import torch
 
-from losses.registry import LossSpec, loss_name
+from losses._families import unpaired_spec
+from losses.registry import loss_name
 from losses.types import LossInputs, LossOutput, Tensor
 
 NAME = loss_name(__name__)
@@ -77,12 +78,9 @@ def kto_loss(
     return LossOutput(losses.mean(), kto_metrics(beta * logratio.detach(), labels, z0))
 
 
-spec = LossSpec(
-    name=NAME,
-    fn=kto_loss,
-    paradigm="unpaired",
-    data="unpaired",
-    needs_reference=True,
+spec = unpaired_spec(
+    NAME,
+    kto_loss,
     paper="arXiv:2402.01306 Eqs. 7-8",
     version=1,
     description="KTO: prospect-theory value of the reference log-ratio against a mismatched-pair KL reference point.",

@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,25 +248,24 @@ TRL_0_21 = os.environ.get("OXBENCH_TRL_0_21")
 REAL_TRL = """
 import json, sys, types
 sys.path.insert(0, sys.argv[1])
-import torch, trl
+import trl
 from trl.trainer.bco_trainer import BCOTrainer
 from trl.trainer.utils import RunningMoments
 assert trl.__version__ == "0.21.0", trl.__version__
+sys.path.insert(0, sys.argv[2])
+from test_bco_unpaired import run_trl, steps
 trainer = object.__new__(BCOTrainer)  # only what bco_loss reads
 trainer.running = RunningMoments(accelerator=types.SimpleNamespace(use_distributed=False))
 trainer.embedding_func = trainer.embedding_tokenizer = None  # no UDM
-batches, beta = json.loads(sys.argv[2]), float(sys.argv[3])
-trainer.beta = beta
-results = []
-for b in batches:
-    logps = torch.tensor(b["logps"], dtype=torch.float64, requires_grad=True)
-    ref = torch.tensor(b["ref"], dtype=torch.float64)
-    ch = [i for i, lab in enumerate(b["labels"]) if lab is True]
-    rj = [i for i, lab in enumerate(b["labels"]) if lab is False]
-    per, _, _, delta = trainer.bco_loss(logps[ch], logps[rj], ref[ch], ref[rj], None, None)
-    per.nanmean().backward()
-    results.append({"loss": per.nanmean().item(), "delta": float(delta), "grad": logps.grad.tolist()})
-print(json.dumps(results))
+trainer.beta = float(sys.argv[4])
+
+
+def bco_loss(*logps):
+    losses, _, _, delta = trainer.bco_loss(*logps, None, None)
+    return losses.nanmean(), delta
+
+
+print(json.dumps(run_trl(bco_loss, steps(int(sys.argv[3])))))
 """
 
 
@@ -273,8 +273,9 @@ print(json.dumps(results))
 @pytest.mark.skipif(not TRL_0_21, reason="OXBENCH_TRL_0_21 (an unpacked trl 0.21 wheel) is not set")
 @pytest.mark.parametrize("seed, beta", [(0, 0.1), (1, 0.5), (2, 2.0)])
 def test_matches_trl_0_21_s_own_code(seed, beta):
-    """TRL 0.21's ``BCOTrainer.bco_loss`` and ``RunningMoments`` themselves, on the same steps."""
-    args = [sys.executable, "-c", REAL_TRL, TRL_0_21, json.dumps(steps(seed)), str(beta)]
+    """TRL 0.21's ``BCOTrainer.bco_loss`` and ``RunningMoments`` themselves, in this file's step loop
+    (:func:`run_trl`) on the same steps."""
+    args = [sys.executable, "-c", REAL_TRL, TRL_0_21, str(Path(__file__).parent), str(seed), str(beta)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert_same(run_ours(steps(seed), beta), json.loads(done.stdout.strip().splitlines()[-1]))
