@@ -360,7 +360,8 @@ class DataConfig(Strict):
     # your own training rows in one of TRL's dataset formats (oxbench.data.formats, detected from the
     # columns): a .jsonl or .parquet file, or a datasets save_to_disk directory. An offline method trains
     # on its first n_train rows instead of self-play or the task's gold answers (a pair loss, BCO's
-    # paired form included, on preference rows; KTO on unpaired or preference rows; SFT on completions);
+    # paired form included, on preference rows; KTO and BCO's unpaired form on unpaired or preference
+    # rows; SFT on completions);
     # an online method samples its rollouts' prompts from the file's first online.n_prompts rows, rewarded
     # by online.rewards (each row's other columns passed to them); evaluation stays the task's. None: the
     # task's rows, as before (docs/data.md).

@@ -5,12 +5,12 @@ A file is a ``.jsonl`` file, a ``.parquet`` file or a directory written by ``dat
 
 * prompt-only, ``prompt``: online methods (their rollouts' prompts, rewarded by ``online.rewards``);
 * prompt-completion, ``prompt``, ``completion``: SFT methods; online methods (its prompts);
-* preference, ``prompt``, ``chosen``, ``rejected``: pair losses (BCO's paired form too); KTO (each pair
-  one desirable and one undesirable row); SFT methods (the chosen completions);
+* preference, ``prompt``, ``chosen``, ``rejected``: pair losses (BCO's paired form too); KTO and BCO's
+  unpaired form (each pair one desirable and one undesirable row); SFT methods (the chosen completions);
 * preference with an implicit prompt, ``chosen``, ``rejected`` (the prompt is their common start): as
   preference;
-* unpaired preference, ``prompt``, ``completion``, ``label`` (true: desirable): KTO; SFT methods (the
-  rows labelled true).
+* unpaired preference, ``prompt``, ``completion``, ``label`` (true: desirable): KTO and BCO's unpaired
+  form; SFT methods (the rows labelled true).
 
 An online method samples its rollouts' prompts from a file with a ``prompt`` column (every type but the
 implicit prompt's): every other column of a row reaches the reward functions as a keyword argument, as
