@@ -384,7 +384,8 @@ def expected_ledger(
         }
     n = d.n_train or 7473
     seq = min(d.max_len, prompt_tokens + d.max_new_tokens)
-    self_play = (pairs or cfg.method in ("rft", "kto")) and d.path is None  # data.path: no self-play
+    # self-play samples come first for pairs, RFT and the unpaired losses; with data.path, none
+    self_play = (pairs or cfg.method in ("rft", "kto", "bco_unpaired")) and d.path is None
     sampled = n * d.self_play_k if self_play else 0
     trained = n * t.epochs * seq * (2 if pairs else 1)
     if t.max_steps is not None:
