@@ -16,14 +16,19 @@ from oxbench.utils import (
 from oxbench_cli.app import err_console, out_console, tagged
 
 
-def _report_and_say(directory: Path, options: ReportOptions | None = None) -> None:
+def _report_and_say(directory: Path, options: ReportOptions | None = None, write: bool = True) -> None:
     """Write ``directory/report.html`` and print where it is and how to open it. ``options``: a grid's
-    (saved beside its records for later reports); None: those saved, else the defaults. A report that
+    (saved beside its records for later reports); None: those saved, else the defaults. ``write`` False
+    (``oxbench run --no-report``): the options are saved and the report is not written. A report that
     cannot be written is a warning line: the records are what a run produces; the report is read from
     them."""
     try:
         if options is not None:
             write_json_atomic(directory / REPORT_OPTIONS, options.model_dump())
+        if not write:
+            say = f"report: not written (--no-report); write it with: oxbench report {directory}"
+            out_console.print(say, soft_wrap=True)
+            return
         options = options or load_report_options(directory) or ReportOptions()
         path = _write_report(directory, options.baseline, metric=options.metric)
     except (ValueError, OSError, GridError) as exc:

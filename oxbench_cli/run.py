@@ -40,6 +40,8 @@ RUN_HELP = {
     "zero": "Run the cells at this ZeRO stage (0-3) instead of train.zero_stage.",
     "fresh": "local: a fresh process per cell instead of warm workers that import once.",
     "rerun": "Train finished cells again (each old record kept as run.replaced.json).",
+    "report": "Write the grid's report.html when its cells end (--no-report, or OXBENCH_REPORT=0: only its "
+    "options, for a later 'oxbench report' or 'oxbench status'; a sweep run piece by piece writes it once).",
     "overrides": "Settings of the grid file, after it: train.lr=1e-5 (a run setting, in base), axes.seed=[0,1,2], "
     "methods.dpo.loss.beta=0.2, budget.rollouts=4096, ...; values are YAML. Validated as the file is, and "
     "recorded in each run.json (config.cli_overrides).",
@@ -59,6 +61,7 @@ class Launch:
     ray_address: str | None = None
     slurm_cluster: str | None = None
     warm: bool = True
+    report: bool = True
 
 
 @app.command()
@@ -80,6 +83,7 @@ def run(
     ),
     fresh: bool = _OPT(False, "--fresh", help=RUN_HELP["fresh"]),
     rerun: bool = _OPT(False, "--rerun", help=RUN_HELP["rerun"]),
+    report: bool = _OPT(True, "--report/--no-report", envvar="OXBENCH_REPORT", help=RUN_HELP["report"]),
     gpus_per_rank: int | None = _OPT(None, "--gpus-per-rank", help="ray, slurm: GPUs per rank (default 0)."),
     cpus_per_rank: int | None = _OPT(None, "--cpus-per-rank", help="ray, slurm: CPUs per rank (default 1)."),
     partition: str | None = _OPT(None, "--partition", help="slurm: the partition."),
@@ -105,7 +109,9 @@ def run(
     if overrides:
         out_console.print(literal(f"{grid} with {' '.join(overrides)}"), soft_wrap=True)
     nproc, nnodes, resources = _cluster(g.cluster, given, sbatch)
-    launch = Launch(executor, workers, nproc, nnodes, resources, ray_address, slurm_cluster, not fresh)
+    launch = Launch(
+        executor, workers, nproc, nnodes, resources, ray_address, slurm_cluster, not fresh, report
+    )
     _run_grid(g, cells, out, launch, plan, rerun)
 
 
@@ -134,7 +140,7 @@ def _run_grid(g, cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> N
         cells, tuning = tune_first(g, out, plan, lambda c: _run_cells(c, out, launch, plan, rerun))
     records = _run_cells(cells, out, launch, plan, rerun) if cells or g.tune is None else []
     if not plan:
-        _grid_summary(g.name, cells, tuning + records, out, g.report)
+        _grid_summary(g.name, cells, tuning + records, out, g.report, launch.report)
 
 
 def _run_cells(cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> list[dict]:
@@ -156,9 +162,12 @@ def _run_cells(cells, out: Path, launch: Launch, plan: bool, rerun: bool) -> lis
     return []
 
 
-def _grid_summary(name: str, cells, records: list[dict], out: Path, report: ReportOptions) -> None:
-    """After a grid: the leaderboard, one line per failed cell, the report; exit 1 on a failure (2 when
-    every failure was bad input)."""
+def _grid_summary(
+    name: str, cells, records: list[dict], out: Path, report: ReportOptions, write: bool = True
+) -> None:
+    """After a grid: the leaderboard, one line per failed cell, the report (``write`` False,
+    ``--no-report``: its options alone, for a later one); exit 1 on a failure (2 when every failure was
+    bad input)."""
     done = [read_record(run_dir(out, c.grid, c.run_id())) or {} for c in cells]
     out_console.print(summary_table(done, f"{name}: accuracy (%) mean ± std over seeds"))
     failed = [r for r in records if r.get("status") not in ("finished", "locked")]
@@ -170,7 +179,7 @@ def _grid_summary(name: str, cells, records: list[dict], out: Path, report: Repo
     for r in failed:
         err_console.print(tagged("failed", "red", f"{r.get('run_id')}: {r.get('error')}"), soft_wrap=True)
     if any(r.get("status") == "finished" for r in done):
-        _report_and_say(out / name, report)
+        _report_and_say(out / name, report, write)
     if failed:  # bad input found only once its data was measured (an empty data.subset) exits 2
         raise typer.Exit(2 if all(_bad_input(r.get("error")) for r in failed) else 1)
 

@@ -112,6 +112,9 @@ def pytest_configure(config):
     waiting threads spin on the cores the other worker needs. A value set by the user stands."""
     from oxbench.grid.executors import cell_threads
 
+    # the grids of the suite write no report.html (about 2 s of CPU each, for ~100 grids); the tests of
+    # the report (test_grid_report.py) run theirs with the default (``oxbench run --report``)
+    os.environ.setdefault("OXBENCH_REPORT", "0")
     w = _workers(config)
     if w > 1 and "OXBENCH_THREADS" not in os.environ:
         os.environ["OXBENCH_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(cell_threads(w))
