@@ -261,6 +261,7 @@ SECTIONS = [
     "## isocompute_matched_m",
     "## isocompute_flexible_wide",
     "## oxrl_core",
+    "## oxrl_core_v1",
     "## dpo_variants",
     "## lora_factorial",
     "## lora_lr_sweep and lora_own_lr",
