@@ -142,11 +142,14 @@ class Arm:
 
 def plan(spec: TuneSpec, name: str, pairs: Pairs, build: Build) -> list[Arm]:
     """Each arm of the grid × its points × the tuning seeds, on the validation split (module doc, 2)."""
-    return [
-        Arm(values, cfg, [(p, [build({**values, **tuning_values(name, cfg, p, s)}) for s in spec.seeds])
-                          for p in points(spec, cfg)])
-        for values, cfg in arms(pairs)
-    ]  # fmt: skip
+    out = []
+    for values, cfg in arms(pairs):
+        cells = [
+            (p, [build({**values, **tuning_values(name, cfg, p, s)}) for s in spec.seeds])
+            for p in points(spec, cfg)
+        ]
+        out.append(Arm(values, cfg, cells))
+    return out
 
 
 def tuning_cells(tuned: list[Arm]) -> list[RunConfig]:
