@@ -306,15 +306,21 @@ def training_rows(data: DataFile, kind: str, tokenizer, n: int | None = None) ->
     else:
         take = "chosen" if paired else "completion"
         rows = [{**b, "completion": t[take]} for b, t in zip(base, texts) if t.get("label", True)]
-    stats = {
+    stats = source_stats(data, len(texts), examples=len(rows))
+    return rows, stats | ({"pairs": len(rows)} if kind == "pairs" else {})
+
+
+def source_stats(data: DataFile, n_rows: int, **counts: int) -> dict:
+    """What a record's ``data`` says of rows taken from ``data``: the file, its type and form, the rows
+    read, then ``counts`` (the examples or prompts made)."""
+    return {
         "source": "file",
         "path": str(data.path),
         "format": data.type,
         "conversational": data.conversational,
-        "rows": len(texts),
-        "examples": len(rows),
+        "rows": n_rows,
+        **counts,
     }
-    return rows, stats | ({"pairs": len(rows)} if kind == "pairs" else {})
 
 
 def prompt_rows(data: DataFile, tokenizer, n: int | None = None) -> tuple[list[dict], dict]:
@@ -338,12 +344,4 @@ def prompt_rows(data: DataFile, tokenizer, n: int | None = None) -> tuple[list[d
                 FILE_ROW: file_row,
             }
         )
-    stats = {
-        "source": "file",
-        "path": str(data.path),
-        "format": data.type,
-        "conversational": data.conversational,
-        "rows": len(texts),
-        "prompts": len(rows),
-    }
-    return rows, stats
+    return rows, source_stats(data, len(texts), prompts=len(rows))
