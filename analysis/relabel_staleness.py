@@ -9,7 +9,7 @@ rounds) with its fractions at 0.5; every verdict (η_max(S), brackets, slope, co
 them. Beside them: version 2 (the window of 256 rollouts) on every record, and the η_max(S) verdicts
 with both fractions at 0.4 and 0.6 (the cut-off sensitivity, issue 40 item 3).
 
-Writes under ``--out``: ``labels.csv`` (one row per online record of every grid, version 3: each
+Writes under ``--out``: ``labels.csv`` (one row per online record of every grid but the board's, version 3: each
 condition of the rule, the old and the new label, the step scale and the fingerprint), ``eta_max.csv``
 (per correction and S: η_max and its bracket, before and after, nominal and effective η),
 ``version_changes.csv`` (every record whose label differs between versions 2 and 3),
@@ -65,6 +65,14 @@ STUDY = (
 )
 
 
+#: grids the relabel leaves out, each with why: their own analysis reads no collapse label, and their records
+#: would move the counts results/README.md and docs/collapse_rule.md quote for the studies above
+NOT_RELABELLED = {
+    "board_tune": "the board's tuning cells (issue 41): analysis.board ranks by accuracy, not by a collapse label",
+    "board": "the board's final cells (issue 41): analysis.board ranks by accuracy, not by a collapse label",
+}
+
+
 #: the fractions of the cut-off sensitivity (REWARD_FRACTION and ACCURACY_FRACTION together; 0.5: the rule)
 CUTOFFS = (0.4, 0.5, 0.6)
 PRIMARY_CUTOFF = 0.5
@@ -72,13 +80,13 @@ PRIMARY_CUTOFF = 0.5
 
 def label_all(results: Path, *, version: int = VERSION, fraction: float = PRIMARY_CUTOFF) -> pd.DataFrame:
     """:func:`analysis.collapse_rule.label_runs` (rule ``version``, both fractions at ``fraction``) over
-    every grid directory under ``results``."""
+    every grid directory under ``results`` but those :data:`NOT_RELABELLED` names."""
     frames = []
     rule = {"version": version, "reward_fraction": fraction, "accuracy_fraction": fraction}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for d in sorted(p for p in results.iterdir() if p.is_dir()):
-            if any(d.rglob("run.json")):
+            if d.name not in NOT_RELABELLED and any(d.rglob("run.json")):
                 lab = label_runs(d, **rule)
                 if len(lab):
                     frames.append(lab.assign(directory=d.name))
@@ -389,7 +397,7 @@ def versions_markdown(counts: pd.DataFrame, both: pd.DataFrame) -> list[str]:
         "",
         "Version 3 (the primary labels) counts the reward window in prompts, W = max(4, ⌈64 / B_p⌉) "
         "rounds; version 2 counted rollouts, W = max(4, ⌈256 / (B_p · n)⌉). Everything else is the same. "
-        f"Over every online record: {total['records']} records, {total['runs']} runs (counted once); "
+        f"Over every online record (the board's grids left out: `NOT_RELABELLED`): {total['records']} records, {total['runs']} runs (counted once); "
         f"{total['changed']} runs ({total['changed_records']} records) change label. Per directory "
         "(runs counted once; *reasons_only*: the same label for other reasons):",
         "",
