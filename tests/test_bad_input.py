@@ -392,3 +392,10 @@ def test_the_plan_of_a_million_cells_is_a_summary_in_seconds(tmp_path):
     assert "plan: 1,000,000 cells" in res.output and "checked: 55 cells" in res.output
     axes["data.n_train"][-1] = -8  # the last value of the last axis: still found
     one_line_error(plan(write(tmp_path, "g.yaml", g)), "g.yaml", "n_train")
+
+
+def test_a_model_block_left_empty(tmp_path):
+    """``model:`` with nothing after it (YAML's null), found by the fuzz pass: one line naming the field,
+    not an AttributeError."""
+    p = write(tmp_path, "g.yaml", "name: g\nbase: {model: null}\naxes: {seed: [0]}\n")
+    one_line_error(plan(p), "g.yaml", "base.model: must be a block of settings")

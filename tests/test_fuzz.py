@@ -1,16 +1,16 @@
-"""A fuzz pass (issue 37, item 6), bounded in time: hypothesis feeds the grid-file parser, the record
+"""A fuzz pass (issue 37, item 6), bounded by a count of examples: hypothesis feeds the grid-file parser, the record
 reader and the data readers what a user or a damaged tree could hand them. Any exception other than the
 project's one-line errors fails (``GridError`` for grids and configs, ``TaskError`` for data; the record
-reader raises nothing: it names what it could not read). Each test stops after ``FUZZ_SECONDS``
-(default 5; 10 until 2026-12-07, CI time) or ``FUZZ_EXAMPLES`` examples, whichever comes first,
-so the pass stays under half a minute. The examples are derandomized: each CI run replays the same
-prefix, and a longer pass (``FUZZ_SECONDS=120``) goes further."""
+reader raises nothing: it names what it could not read). Each test checks ``FUZZ_EXAMPLES``
+examples (default 500, about 3 s a test on 2 cores), derandomized: each CI run replays the same ones,
+and a longer pass (``FUZZ_EXAMPLES=20000``) goes further. (Until 2026-12-07 a clock stopped each test
+after ``FUZZ_SECONDS``: it only made the test body return early, while hypothesis went on generating
+its 3,000 examples, 13-25 s a test, and which examples were checked depended on the machine's speed.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -25,9 +25,8 @@ from oxbench.grid.spec import GridError, expand, load_grid, load_run_config  # n
 from oxbench.tasks.errors import TaskError  # noqa: E402
 from oxbench.tasks.gsm8k import load_gsm8k  # noqa: E402
 
-SECONDS = float(os.environ.get("FUZZ_SECONDS", 5))
 FUZZ = settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", 3000)),
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", 500)),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,  # the same examples in every CI run: a failure reproduces
@@ -65,16 +64,6 @@ GRIDS = st.fixed_dictionaries(
 )  # fmt: skip
 
 
-class Clock:
-    """Stops a fuzz test after ``SECONDS`` (hypothesis counts examples, not time)."""
-
-    def __init__(self):
-        self.start = time.monotonic()
-
-    def expired(self) -> bool:
-        return time.monotonic() - self.start > SECONDS
-
-
 def _text(data, raw: bytes | None) -> bytes:
     if raw is not None:
         return raw
@@ -83,13 +72,11 @@ def _text(data, raw: bytes | None) -> bytes:
 
 @pytest.mark.slow
 def test_the_grid_parser_raises_only_its_one_line_error(tmp_path_factory):
-    clock, d = Clock(), tmp_path_factory.mktemp("fuzz_grid")
+    d = tmp_path_factory.mktemp("fuzz_grid")
 
     @FUZZ
     @given(grid=GRIDS, raw=st.none() | st.binary(max_size=64))
     def check(grid, raw):
-        if clock.expired():
-            return
         path = d / "g.yaml"
         path.write_bytes(_text(grid, raw))
         for load in (lambda: expand(load_grid(path), str(path)), lambda: load_run_config(path)):
@@ -103,7 +90,7 @@ def test_the_grid_parser_raises_only_its_one_line_error(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_record_reader_never_raises(tmp_path_factory):
-    clock, root = Clock(), tmp_path_factory.mktemp("fuzz_records")
+    root = tmp_path_factory.mktemp("fuzz_records")
     run = root / "g" / "r"
     run.mkdir(parents=True)
     record = st.fixed_dictionaries(
@@ -115,8 +102,6 @@ def test_the_record_reader_never_raises(tmp_path_factory):
     @FUZZ
     @given(rec=record | VALUES, raw=st.none() | st.binary(max_size=64), nest=st.integers(0, 3000))
     def check(rec, raw, nest):
-        if clock.expired():
-            return
         text = raw if raw is not None else json.dumps(rec).encode()
         if nest:
             text = b"[" * nest + text + b"]" * nest
@@ -131,7 +116,7 @@ def test_the_record_reader_never_raises(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_data_reader_raises_only_task_errors(tmp_path_factory):
-    clock, d = Clock(), tmp_path_factory.mktemp("fuzz_data")
+    d = tmp_path_factory.mktemp("fuzz_data")
     row = st.dictionaries(
         st.sampled_from(["question", "answer", "id"]) | st.text(max_size=5), VALUES, max_size=4
     )
@@ -146,8 +131,6 @@ def test_the_data_reader_raises_only_task_errors(tmp_path_factory):
         split=st.sampled_from(["train", "test"]),
     )
     def check(lines, raw, split):
-        if clock.expired():
-            return
         path = Path(d) / f"{split}.jsonl"
         path.write_bytes(raw if raw is not None else "\n".join(lines).encode())
         for source in (str(path), str(d)):

@@ -397,7 +397,10 @@ def _check_methods(grid: GridFile, where: str) -> None:
 def _cell(grid: GridFile, values: dict, arm_keys: list[str], checks: list, where: str) -> RunConfig | None:
     """One cell: the base, its scale's and method's overrides, then the axis ``values``; validated.
     None when a budget constraint leaves it out."""
-    scale = values.get("model.name", grid.base.get("model", {}).get("name"))
+    model = grid.base.get("model", {})
+    if not isinstance(model, dict):  # found by the fuzz pass: `model:` with nothing after it
+        raise GridError(f"{where}: base.model: must be a block of settings (name: ...), got {model!r}"[:300])
+    scale = values.get("model.name", model.get("name"))
     method = values.get("method", grid.base.get("method", "sft"))
     try:
         raw = _merge(
