@@ -58,7 +58,6 @@ HEAVY_S = {  # wall seconds under `pytest -n 2` (CPU-profiled clean run, 2026-12
     "tests/test_soak.py::test_chaos_soak": 79,
     "tests/test_rank_fault_cells.py": 60,  # one grid, three faults (three grids of 72, 30 and 27 s before)
     "tests/test_preemption.py::test_a_preempted_ray_cell": 50,  # with the Ray GPU request since 2026-12-07
-    "tests/test_preemption.py::test_sigterm_preempts": 39,  # 46 before its reference ran beside it
     "tests/test_executors.py::test_two_runs_of_one_grid_share_the_work": 42,
     "tests/test_real_checkpoint.py": 36,  # one grid of 16 cells, shared by the module
     "tests/test_preemption.py::test_a_preempted_slurm_job": 34,

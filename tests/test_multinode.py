@@ -164,6 +164,7 @@ def test_a_cell_preempted_on_two_ranks_resumes_on_two_nodes_then_one_rank(tmp_pa
     rec = records(out)[run_id]
     assert rec["status"] == "finished" and rec["resumed_from_step"] >= 4 and rec["world_size"] == 1
     assert rec["zero_stage"] == 0 and rec["nodes"] == 1
+    assert not (out / "mn" / run_id / "checkpoints").exists()  # deleted once the cell finished
     mine, ref = _metrics(out, run_id), _metrics(tmp_path / "whole", run_id)
     assert [r["step"] for r in mine] == [r["step"] for r in ref] == [1, 2, 3, 4, 5, 6]
     for r, w in zip(mine, ref):  # sft's loss is a token mean per micro-batch: 1 rank x 2 micro-batches
@@ -177,11 +178,14 @@ def _preempt_at(grid: Path, out: Path, flags: list[str], env: dict, step: int) -
     deadline = time.time() + 300
     while time.time() < deadline and not list(out.glob(f"mn/*/checkpoints/step-{step:08d}")):
         time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)  # the grid's process only, as a scheduler's `kill -TERM` would
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "stopped by SIGTERM: 1 cell(s) preempted" in err, err[-2000:]
     (rec,) = records(out).values()
-    assert rec["status"] == "preempted", rec
+    assert rec["status"] == "preempted" and "SIGTERM received; checkpoint at step" in rec["error"], rec
+    kept = [p.name for p in (out / "mn" / rec["run_id"] / "checkpoints").iterdir()]
+    assert kept and all(name.startswith("step-") for name in kept), kept  # no partial one left
 
 
 def test_the_slurm_script_of_a_two_node_cell(tmp_path, monkeypatch):
