@@ -2,13 +2,15 @@
 
     python scripts/gpu_smoke.py model   [--dir smoke_model/qwen2-0.5b] [--shape tiny]
     python scripts/gpu_smoke.py grid    --out DIR [--grid recipes/gpu_smoke.yaml] [--model DIR] [--deadline S]
+        [--cell-limit S]
     python scripts/gpu_smoke.py summary --out DIR
 
 * ``model``: a Qwen2 shaped like Qwen2.5-0.5B (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate
   4864, vocabulary 151,936, tied embeddings) with seeded random weights in bf16 and the built-in character
   tokenizer (ids past its 99 tokens decode to nothing), saved with ``save_pretrained``.
 * ``grid``: the recipe's cells one after another in one warm worker (the local executor's), each under a
-  time limit (SIGTERM at the limit: the cell records ``preempted``), none started past ``--deadline``.
+  time limit (``--cell-limit``, default 120 s; SIGTERM at the limit: the cell records ``preempted``),
+  none started past ``--deadline``. (CI's CPU dry run, niced beside the main tests, gives both more.)
   Cells with ``online.backend vllm`` are recorded as skipped, with the reason, where vllm is not
   importable. Cells run in the recipe's order: a cut-short smoke has the core methods first.
 * ``summary``: per cell its status, tokens/s (trained, generated), rollouts/s, the weight-sync time, the
@@ -78,8 +80,10 @@ def cells(grid_path: Path, model: str | None) -> list:
     return expand(grid, str(grid_path))
 
 
-def run_grid(grid_path: Path, out: Path, model: str | None, deadline: float) -> list[dict]:
-    """Every cell in one warm worker, each under :data:`CELL_LIMIT_S`; skipped ones listed with why."""
+def run_grid(
+    grid_path: Path, out: Path, model: str | None, deadline: float, cell_limit: float = CELL_LIMIT_S
+) -> list[dict]:
+    """Every cell in one warm worker, each under ``cell_limit`` seconds; skipped ones listed with why."""
     from oxbench.grid import executors
 
     todo, skipped, records = cells(grid_path, model), [], []
@@ -94,7 +98,7 @@ def run_grid(grid_path: Path, out: Path, model: str | None, deadline: float) -> 
                 skipped.append({"run_id": cfg.run_id(), "method": cfg.method,
                                 "reason": f"the smoke's deadline ({deadline:.0f} s) came first"})  # fmt: skip
             else:
-                timer = threading.Timer(min(CELL_LIMIT_S, left), worker.interrupt)
+                timer = threading.Timer(min(cell_limit, left), worker.interrupt)
                 timer.start()
                 try:
                     rec = worker.run(cfg, out)
@@ -210,12 +214,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_smoke")
     ap.add_argument("--model", default=None, help="a local checkpoint for every cell instead of the recipe's")
     ap.add_argument("--deadline", type=float, default=300.0, help="no cell starts after this many seconds")
+    ap.add_argument("--cell-limit", type=float, default=CELL_LIMIT_S, help="one cell's most seconds")
     args = ap.parse_args()
     if args.step == "model":
         build_model(args.dir, shape=args.shape)
     elif args.step == "grid":
         args.out.mkdir(parents=True, exist_ok=True)
-        run_grid(args.grid, args.out, args.model, args.deadline)
+        run_grid(args.grid, args.out, args.model, args.deadline, args.cell_limit)
     else:
         summarize(args.out, Path(args.model) if args.model else args.dir)
 
