@@ -16,6 +16,7 @@ section must be one of its commands' outputs'. UNSCRIPTED lists the tables no sc
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import csv
 import importlib
@@ -256,6 +257,7 @@ def test_the_oxrl_skill_tables_are_the_skill_gain_outputs():
 # [−0.002, +0.074]") must be one of theirs. UNSCRIPTED names the tables no committed script prints, and why.
 
 SECTIONS = [
+    "## testbed_control",
     "## isocompute_flexible",
     "## isocompute_flexible_sampled",
     "## isocompute_matched_m",
@@ -458,3 +460,54 @@ def test_the_relabelled_labels_cover_every_committed_online_record():
         labelled = {(row["directory"], row["run_id"]) for row in csv.DictReader(f)}
     assert committed - labelled == set(), "records not relabelled: rerun python -m analysis.relabel_staleness"
     assert labelled - committed == set(), "labels of records no longer committed"
+
+
+CLAIMS = "## The reference study's claims beside ours"
+
+
+def _study_texts() -> dict[str, list[str]]:
+    """Per study with an analysis directory (``oxrl_core_v1`` for ``results/oxrl_core_v1_analysis``),
+    what its committed outputs print: its "$ python -m" files' bodies and its markdown files."""
+    texts: dict[str, list[str]] = {}
+    for p in sorted(RESULTS.glob("*_analysis/*")):
+        name = str(p.relative_to(RESULTS))
+        if p.suffix == ".md" or name in OUTPUTS:
+            body = _committed(name)[1] if name in OUTPUTS else p.read_text(encoding="utf-8")
+            texts.setdefault(p.parent.name.removesuffix("_analysis"), []).append(body)
+    return texts
+
+
+def _sorted_values(numbers) -> tuple[list[float], list[str]]:
+    pairs = sorted((float(n.replace("−", "-")), n) for n in set(numbers))
+    return [v for v, _ in pairs], [n for _, n in pairs]
+
+
+def _near(quoted: str, values: tuple[list[float], list[str]]) -> bool:
+    """``quoted`` is one of the printed numbers (sorted by :func:`_sorted_values`) rounded (:func:`_shown`):
+    only those within one unit of its last digit are compared."""
+    floats, strings = values
+    q = float(quoted.replace("−", "-"))
+    step = 10.0 ** Decimal(quoted.replace("−", "-")).as_tuple().exponent
+    lo, hi = bisect.bisect_left(floats, q - step), bisect.bisect_right(floats, q + step)
+    return any(_shown(quoted, p) for p in strings[lo:hi])
+
+
+def test_the_claims_table_quotes_only_printed_numbers():
+    """Each number of the claims table's "ours" column is printed by a committed output of a study the
+    row names (``oxrl_core_v1``, ``dpo_variants``, ...; a row that names none: of any study). Looser
+    than a section's check (the column gathers numbers from several outputs into prose), it still
+    catches a number that no script prints or that drifted from the one printed."""
+    texts = _study_texts()
+    values = {s: _sorted_values(n for t in ts for n in _numbers(t)) for s, ts in texts.items()}
+    (table,) = _tables(_section(CLAIMS))
+    assert _cells(table[0])[2] == "ours"
+    bad = []
+    for row in table[2:]:
+        ours = _cells(row)[2]
+        named = [s for s in texts if re.search(rf"(?<![\w/]){s}(?![\w])", ours)] or list(texts)
+        bad += [
+            f"claim {_cells(row)[0]}: {n}"
+            for n in _numbers(ours)
+            if not any(_near(n, values[s]) for s in named)
+        ]
+    assert bad == [], "numbers no committed output of the studies named prints:\n" + "\n".join(bad)
