@@ -471,10 +471,13 @@ class CollapseConfig(Strict):
 
 
 class RewardTerm(Strict):
-    """One reward function of ``online.rewards`` and its weight in the sum."""
+    """One reward function of ``online.rewards`` and its weight in the sum: a named function, or a reward
+    model (``model``: a sequence-classification checkpoint, a local path or a Hub id, as TRL's
+    ``reward_funcs`` takes one; ``name`` is then its label in the logs, ``reward/<name>``)."""
 
     name: str
     weight: float = 1.0
+    model: str | None = added(None)
 
 
 class OnlineConfig(Strict):
@@ -772,7 +775,9 @@ class RunConfig(Strict):
             from oxbench.tasks import get_task
 
             known = get_task(self.task.name).reward_names()
-            _known("reward", [t.name for t in self.online.rewards], known, "online.rewards")
+            _known(
+                "reward", [t.name for t in self.online.rewards if t.model is None], known, "online.rewards"
+            )
             if self.online.reward_grader != "strict":  # (a config read back from a record sets both)
                 raise ValueError("field 'online.rewards': give it or online.reward_grader, not both")
         return self

@@ -599,6 +599,7 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
                     "alone (a value head, or pairs)"
                 )
         check_model_name(cfg.model.name)
+        _check_reward_models(cfg, where)
         if cfg.eval.lm_eval.tasks:
             _check_lm_eval_tasks(cfg)
         if cfg.task.name == "gsm8k":
@@ -625,6 +626,23 @@ def validate_cell(cfg: RunConfig, where: str) -> None:
         if str(exc).startswith("field '"):
             raise GridError(f"{where}: {exc}") from None
         raise GridError(f"{where}: field '{field}': {exc}") from None
+
+
+def _check_reward_models(cfg: RunConfig, where: str) -> None:
+    """Each reward model of ``online.rewards``: a local checkpoint or a Hub id, as the policy's model."""
+    from oxbench.models.tiny import ModelError, check_model_name, is_tiny
+
+    for term in cfg.online.rewards or []:
+        if term.model is None:
+            continue
+        try:
+            if is_tiny(term.model):
+                raise ModelError(
+                    f"model {term.model!r} must be a checkpoint (a path or Hub id), not a tiny rung"
+                )
+            check_model_name(term.model)
+        except ModelError as exc:
+            raise GridError(f"{where}: field 'online.rewards' ({term.name}): reward {exc}") from None
 
 
 def _check_lm_eval_tasks(cfg: RunConfig) -> None:

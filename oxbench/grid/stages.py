@@ -67,7 +67,7 @@ class CellWork:
         ckpt = Checkpointer.from_config(self.dir, cfg)
         if plan.caps.online:
             curve = self._curve(model, tok)
-            reward = online_reward(cfg.online, get_task(cfg.task.name))
+            reward = online_reward(cfg.online, get_task(cfg.task.name), dtype=cfg.model.dtype)
             return train(plan, model, tok, rows, logger=log, ckpt=ckpt, reward_fn=reward, curve=curve)
         ref_key = {**self.base_key, "max_len": cfg.data.max_len, "lora": cfg.model.lora.hash_view()}
         return train(plan, model, tok, rows, logger=log, ckpt=ckpt, ref_key=ref_key)

@@ -155,16 +155,21 @@ def scored_group(reward_fn, completions: list[str], row: dict) -> tuple[list[flo
     return group_rewards(reward_fn, completions, row["answer"]), None
 
 
-def online_reward(online, task: TaskSpec):
+def online_reward(online, task: TaskSpec, *, dtype: str = "fp32"):
     """The reward of an online run: ``online.rewards`` weighted (each function from the grader names, the
-    task's own, or the registry), else ``online.reward_grader`` alone (:func:`reward_function`)."""
+    task's own, the registry, or a reward model in ``dtype``), else ``online.reward_grader`` alone
+    (:func:`reward_function`)."""
     if online.rewards is None:
         return reward_function(online.reward_grader, task)
     from oxbench.tasks.registry import GRADER_REWARDS, get_reward
 
     terms = []
     for term in online.rewards:
-        if term.name in GRADER_REWARDS:
+        if term.model is not None:
+            from oxbench.models.reward_model import RewardModel
+
+            fn = RewardModel(term.model, dtype=dtype)
+        elif term.name in GRADER_REWARDS:
             fn = GraderReward(reward_function(term.name, task))
         else:
             fn = task.rewards.get(term.name) or get_reward(term.name).fn
