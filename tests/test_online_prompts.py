@@ -91,11 +91,17 @@ def test_a_prompt_only_file_trains_sgrpo_on_its_prompts_rewarded_by_its_columns(
     assert rec["data_files"]["data.path"] and rec["optimizer_steps"] == 2
     assert len(spy) == 2 * 2  # two rounds of two prompts, one call per prompt's group
     by_prompt = {r["prompt"]: r for r in PROMPTS}
+    keys = {"completions", "prompts", "completion_ids", "trainer_state", "answer", "level"}
+    tok = load_tokenizer(micro_model_dir)
     for call in spy:
-        assert set(call) == {"completions", "prompts", "answer", "level"} and len(call["completions"]) == 4
+        assert set(call) == keys and len(call["completions"]) == 4
+        decoded = [tok.decode(ids, skip_special_tokens=True) for ids in call["completion_ids"]]
+        assert decoded == call["completions"]  # TRL's completion_ids: the sampled tokens of each
         row = by_prompt[call["prompts"][0]]  # a prompt of the file, as the file has it
         assert call["prompts"] == [row["prompt"]] * 4 and call["answer"] == [row["answer"]] * 4
         assert call["level"] == [row["level"]] * 4
+    # TRL's trainer_state: the sampling policy's optimiser steps, 0 in the first round, 1 in the second
+    assert [c["trainer_state"].global_step for c in spy] == [0, 0, 1, 1]
     steps = _metrics(tmp_path / "out", cfg)
     assert all("reward/spy" in s and "reward/flexible" in s for s in steps)
     assert rec["metrics"]["n_test"] == 2  # the task's test problems

@@ -24,7 +24,7 @@ import torch
 
 import oxbench.device as placement
 from oxbench.engine import model as M
-from oxbench.tasks.rewards import FILE_ROW, scored_group
+from oxbench.tasks.rewards import FILE_ROW, TrainerState, scored_group
 from oxbench.text.batching import collate
 from oxbench.text.formatting import format_prompt
 from oxbench.text.generation import Sample, cut_at_eos, sample
@@ -210,7 +210,8 @@ class RolloutWorker:
         result = []
         for g, (r, group) in enumerate(zip(rows, samples)):
             texts = [self.tokenizer.decode(s.completion_ids, skip_special_tokens=True) for s in group]
-            rewards, parts = scored_group(reward_fn, texts, r)
+            ids, state = [s.completion_ids for s in group], TrainerState(global_step=max(self.version, 0))
+            rewards, parts = scored_group(reward_fn, texts, r, ids=ids, state=state)
             for i, (s, text, reward) in enumerate(zip(group, texts, rewards)):
                 result.append(
                     Rollout(

@@ -8,6 +8,7 @@ rollout code calls it once per group."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import random
@@ -68,7 +69,8 @@ def group_rewards(reward_fn, completions: list[str], answer: str) -> list[float]
 
 # ------------------------------------------------------------------ reward functions in TRL's shape
 
-SKIPPED_COLUMNS = ("completions", "prompts")  # a row's columns of these names are not passed on
+# a row's columns of these names are not passed on: oxbench gives the arguments of these names itself
+SKIPPED_COLUMNS = ("completions", "prompts", "completion_ids", "trainer_state")
 # an online prompt of your own (data.path: oxbench.data.formats.prompt_rows) keeps, under this key, what
 # its reward functions get: the file's prompt, whether it is conversational, and the row's other columns
 FILE_ROW = "file_row"
@@ -99,9 +101,33 @@ def trl_completions(row: dict, completions: list[str]) -> list:
     return [[{"role": "assistant", "content": start + c}] for c in completions]
 
 
-def call_reward(name: str, fn, completions: list[str], row: dict) -> list[float | None]:
-    """``fn(completions=..., **columns)``, checked: one float (or None: no reward) per completion."""
-    got = fn(completions=trl_completions(row, completions), **trl_columns(row, len(completions)))
+@dataclasses.dataclass(frozen=True)
+class TrainerState:
+    """What TRL's ``trainer_state`` argument gives a reward function, as far as a rollout knows it:
+    ``global_step``, the optimiser steps the policy that sampled the completions had taken (its
+    version; 0 before the first step; -1 where no policy version is known, as in ``oxbench tasks
+    check``)."""
+
+    global_step: int = -1
+
+
+def call_reward(
+    name: str,
+    fn,
+    completions: list[str],
+    row: dict,
+    *,
+    ids: list | None = None,
+    state: TrainerState | None = None,
+) -> list[float | None]:
+    """``fn(completions=..., completion_ids=..., trainer_state=..., **columns)`` as TRL's ``GRPOTrainer``
+    calls a reward function, checked: one float (or None: no reward) per completion. ``ids``: each
+    completion's token ids (TRL's ``completion_ids``; None: not known, an empty list each)."""
+    extra = {
+        "completion_ids": [list(i) for i in ids] if ids is not None else [[] for _ in completions],
+        "trainer_state": state or TrainerState(),
+    }
+    got = fn(completions=trl_completions(row, completions), **extra, **trl_columns(row, len(completions)))
     if not isinstance(got, list | tuple) or len(got) != len(completions):
         size = len(got) if isinstance(got, list | tuple) else type(got).__name__
         raise ValueError(f"reward {name!r} returned {size} for {len(completions)} completions")
@@ -135,8 +161,10 @@ class WeightedRewards:
     def __init__(self, terms: list[tuple[str, object, float]]):
         self.terms = terms  # (name, fn in TRL's shape, weight)
 
-    def parts(self, completions: list[str], row: dict) -> tuple[list[float], dict[str, list]]:
-        values = {name: call_reward(name, fn, completions, row) for name, fn, _ in self.terms}
+    def parts(self, completions: list[str], row: dict, **given) -> tuple[list[float], dict[str, list]]:
+        """The weighted sums and each function's values; ``given``: :func:`call_reward`'s ``ids`` and
+        ``state``."""
+        values = {name: call_reward(name, fn, completions, row, **given) for name, fn, _ in self.terms}
         totals = [
             sum(w * (values[name][i] or 0.0) for name, _, w in self.terms) for i in range(len(completions))
         ]
@@ -146,11 +174,14 @@ class WeightedRewards:
         return self.parts(completions, {"answer": answer})[0]
 
 
-def scored_group(reward_fn, completions: list[str], row: dict) -> tuple[list[float], list[dict] | None]:
+def scored_group(
+    reward_fn, completions: list[str], row: dict, **given
+) -> tuple[list[float], list[dict] | None]:
     """One reward per completion of a prompt's group and, for :class:`WeightedRewards`, each completion's
-    reward from every function (``{name: value}``); None for a single reward function."""
+    reward from every function (``{name: value}``); None for a single reward function. ``given``: the
+    completions' token ids and the sampling policy's state (:func:`call_reward`'s ``ids`` and ``state``)."""
     if isinstance(reward_fn, WeightedRewards):
-        totals, values = reward_fn.parts(completions, row)
+        totals, values = reward_fn.parts(completions, row, **given)
         return totals, [{name: v[i] for name, v in values.items()} for i in range(len(completions))]
     return group_rewards(reward_fn, completions, row["answer"]), None
 
