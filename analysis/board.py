@@ -60,6 +60,25 @@ def check_tuning(tune_root: Path) -> int:
     return len(paths)
 
 
+def cell_seconds(root: Path) -> tuple[int, float]:
+    """The records under ``root`` and the sum of their cells' ``timing.total_s`` (a cell's own time, its
+    share of the grid's preparations not included)."""
+    total, n = 0.0, 0
+    for path in sorted(root.rglob("run.json")):
+        timing = json.loads(path.read_text(encoding="utf-8")).get("timing") or {}
+        n, total = n + 1, total + float(timing.get("total_s") or 0.0)
+    return n, total
+
+
+def print_cost(root: Path, tune_root: Path) -> None:
+    """The board's cell time: tuning and final cells, against the issue's budget of 5 hours on 2 workers."""
+    (nt, st), (nf, sf) = cell_seconds(tune_root), cell_seconds(root)
+    print(
+        f"cell time: {nt} tuning cells {st / 3600:.2f} h + {nf} final cells {sf / 3600:.2f} h = "
+        f"{(st + sf) / 3600:.2f} h of cell time, {(st + sf) / 7200:.2f} h on 2 workers (budget: 5 h)"
+    )
+
+
 def letters(means: dict[str, float], different: set[frozenset]) -> dict[str, str]:
     """A compact letter display (Piepho 2004, insert-and-absorb): methods that share a letter are not
     distinguished by any test in ``different`` (the pairs that were); letters in order of the best
@@ -268,6 +287,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         print_leverage(runs.assign(method=runs["method"]), args.metric, spreads)
+    print_cost(args.root, tune_root)
 
 
 if __name__ == "__main__":

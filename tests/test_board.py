@@ -79,8 +79,17 @@ def test_the_board_reads_the_ranking_the_letters_and_the_tune_from_records(tmp_p
     dpo = next(line for line in out.splitlines() if line.startswith("| dpo | train.lr=3e-06"))
     assert "| 2 → 1 |" in dpo and "[" in dpo  # tuned away from the default (ties share the better rank)
     assert "| sft | train.lr=1e-05 |" in out and "the pick is the default" in out
+    assert "cell time: 8 tuning cells" in out and "+ 6 final cells" in out and "(budget: 5 h)" in out
 
     from analysis.report import render_report
 
     html = render_report(tmp_path / "b", baseline="sft", metric="accuracy_verified_flexible")
     assert '<h2 id="tuning">Tuning</h2>' in html and "lr=3e-06: 83.0 (pick) · lr=1e-05: 25.0" in html
+
+
+def test_the_cost_is_the_sum_of_the_cells_own_time(tmp_path):
+    for i, timing in enumerate(({"total_s": 30.5}, {"total_s": 12}, {})):  # one record without a time
+        d = tmp_path / "g" / f"r{i}"
+        d.mkdir(parents=True)
+        (d / "run.json").write_text(json.dumps({"status": "finished", "timing": timing}))
+    assert board.cell_seconds(tmp_path / "g") == (3, 42.5)
