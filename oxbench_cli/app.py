@@ -75,3 +75,19 @@ def _options(
     ),
 ) -> None:
     """The options of ``oxbench`` itself, before a command."""
+
+
+def scores(rec: dict) -> str:
+    """A finished record's accuracy in one phrase: strict, then flexible and verified-flexible where the
+    record has them, and the split when it is not the test split ("accuracy 0.0%, flexible 59.3%,
+    verified-flexible 58.3% (validation)"): a testbed graded flexibly is not read off strict alone."""
+    m = rec.get("metrics") or {}
+    parts = [f"accuracy {100 * m['accuracy']:.1f}%"]
+    for key, label in (
+        ("accuracy_flexible", "flexible"),
+        ("accuracy_verified_flexible", "verified-flexible"),
+    ):
+        if isinstance(m.get(key), int | float) and not isinstance(m.get(key), bool):
+            parts.append(f"{label} {100 * m[key]:.1f}%")
+    split = ((rec.get("config") or {}).get("eval") or {}).get("split", "test")
+    return ", ".join(parts) + ("" if split == "test" else f" ({split})")

@@ -27,7 +27,7 @@ from oxbench.utils import (
     cache_root,
     probe_writable,
 )
-from oxbench_cli.app import _load_plugins, app, err_console, fail, literal, out_console, tagged
+from oxbench_cli.app import _load_plugins, app, err_console, fail, literal, out_console, scores, tagged
 from oxbench_cli.plan import PLAN_LIST_MAX, _print_large_plan, _status, print_plan, summary_table
 from oxbench_cli.reporting import _report_and_say
 
@@ -322,7 +322,7 @@ def _cell_line(bar, task, t0: float, total: int, cfg, rec: dict) -> None:
 
     accuracy = (rec.get("metrics") or {}).get("accuracy")
     ok = rec.get("status") == "finished" and accuracy is not None
-    mark = f"accuracy {100 * accuracy:.1f}%" if ok else rec.get("error")
+    mark = scores(rec) if ok else rec.get("error")
     bar.advance(task)
     where = progress_status(int(bar.tasks[0].completed), total, time.monotonic() - t0)
     bar.console.print(literal(f"{rec.get('status', '?'):8s} {cfg.run_id()}  {mark}  [{where}]"))

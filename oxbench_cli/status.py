@@ -17,7 +17,7 @@ from oxbench.utils import (
     UnsafeFile,
     read_jsonl_checked,
 )
-from oxbench_cli.app import app, fail, literal, out_console
+from oxbench_cli.app import app, fail, literal, out_console, scores
 from oxbench_cli.plan import summary_table
 from oxbench_cli.reporting import _report_and_say
 
@@ -74,7 +74,7 @@ def _cell_state(d: Path | None, rec: dict | None, problem: str | None = None) ->
         return rec["status"], f"{rec.get('error') or ''}{resumable}{skipped}"
     if rec["status"] == "finished" and (stale := stale_data(rec)):
         return "stale", stale
-    return rec["status"], f"accuracy {100 * rec['metrics']['accuracy']:.1f}%{skipped}"
+    return rec["status"], f"{scores(rec)}{skipped}"
 
 
 def _resumable(d: Path) -> str:

@@ -123,3 +123,12 @@ def test_a_rank_imports_deepspeed_without_mlflow_and_mlflow_still_imports():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.stdout.split()[-3:] == ["False", "False", "True"], out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_a_cell_s_line_gives_flexible_and_verified_beside_strict_and_names_a_split_that_is_not_test():
+    from oxbench_cli.app import scores
+
+    m = {"accuracy": 0.0, "accuracy_flexible": 0.593, "accuracy_verified_flexible": 0.5833}
+    tuned = {"metrics": m, "config": {"eval": {"split": "validation"}}}
+    assert scores(tuned) == "accuracy 0.0%, flexible 59.3%, verified-flexible 58.3% (validation)"
+    assert scores({"metrics": {"accuracy": 0.5}, "config": {}}) == "accuracy 50.0%"
