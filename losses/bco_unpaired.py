@@ -23,8 +23,8 @@ state (``initial_state``: ``reward_mean``, ``count``), kept by :mod:`losses.bco`
 (default, TRL's and the paper's), ``"batch"`` (the batch's mean) and ``"none"`` (δ = 0).
 
 Inputs: ``logps``, ``ref_logps`` (B,) summed over completion tokens (TRL's ``average_log_prob=False``);
-``labels`` (B,) bool, True = desirable. The unpaired pipeline also fills KTO's mismatched-pair
-``kl_logps`` / ``ref_kl_logps``; this loss does not read them. Reduction: mean over all B examples,
+``labels`` (B,) bool, True = desirable. It does not read KTO's mismatched-pair ``kl_logps`` /
+``ref_kl_logps`` (``reads_kl_pairs=False``: the trainer leaves them None and skips their forward pass). Reduction: mean over all B examples,
 desirable and undesirable together (TRL: ``nanmean`` of the concatenated per-example losses).
 Metrics: ``rewards/chosen`` and ``rewards/rejected`` (mean ``r`` over desirable / undesirable examples,
 present only when the batch has some), their ``rewards/margin``, and ``bco/delta``.
@@ -72,6 +72,7 @@ spec = unpaired_spec(
     NAME,
     bco_unpaired_loss,
     initial_state=INITIAL_STATE,
+    reads_kl_pairs=False,  # no KL reference point: the trainer skips the mismatched pairs' forward pass
     paper="arXiv:2404.04656 Sec. 3 (BCE with reward shift, running mean; unpaired, TRL BCOTrainer)",
     version=1,
     description="Unpaired BCO: BCE on each labelled completion's implicit reward, desirable = 1, shifted by δ.",

@@ -111,6 +111,9 @@ class LossSpec(_Decisions):
     needs_value_model:  the trainer attaches a value head and fills ``values``/``old_values``.
     updates_reference:  the reference model is refreshed during training (see ``defaults``).
     needs_full_logits:  the trainer fills the ``*_logits`` fields (B, T, V).
+    reads_kl_pairs:     for ``data="unpaired"``: the trainer fills ``kl_logps`` / ``ref_kl_logps``, the
+                        mismatched (prompt, completion) pairs' log-probs (KTO's reference point); False
+                        skips their forward pass each micro-batch (a loss that never reads them).
     generates_own_pairs: pairs are re-generated from the current policy during training.
     chosen_source:      for ``generates_own_pairs``: the chosen response is the ``gold`` answer
                         (SPIN) or the best ``self_play`` sample (online DPO).
@@ -145,6 +148,7 @@ class LossSpec(_Decisions):
     needs_value_model: bool = False
     updates_reference: bool = False
     needs_full_logits: bool = False
+    reads_kl_pairs: bool = True
     generates_own_pairs: bool = False
     chosen_source: str = "self_play"
     pairs_from_iterate: bool = False
@@ -209,6 +213,7 @@ class LossSpec(_Decisions):
             "needs_value_model": self.needs_value_model,
             "updates_reference": self.updates_reference,
             "needs_full_logits": self.needs_full_logits,
+            "reads_kl_pairs": self.reads_kl_pairs,
             "generates_own_pairs": self.generates_own_pairs,
             "chosen_source": self.chosen_source,
             "pairs_from_iterate": self.pairs_from_iterate,
@@ -236,6 +241,7 @@ class LossInfo(_Decisions):
     needs_value_model: bool
     updates_reference: bool
     needs_full_logits: bool
+    reads_kl_pairs: bool
     generates_own_pairs: bool
     chosen_source: str
     pairs_from_iterate: bool

@@ -145,6 +145,8 @@ def promised(spec: LossSpec, inputs: LossInputs) -> LossInputs:
         drop |= set(LOGIT_FIELDS)
     if not spec.needs_value_model:
         drop |= set(VALUE_FIELDS)
+    if not spec.reads_kl_pairs:
+        drop |= {"kl_logps", "ref_kl_logps"}
     return dataclasses.replace(inputs, **{f: None for f in drop if hasattr(inputs, f)})
 
 

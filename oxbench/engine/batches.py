@@ -85,11 +85,13 @@ def build_offline_inputs(
     ref_cache=None,
     live_ref=None,
     needs_full_logits: bool = False,
+    kl_pairs: bool = True,
 ) -> LossInputs:
-    """Policy forward (with grad) plus reference values for one micro-batch."""
+    """Policy forward (with grad) plus reference values for one micro-batch; for unpaired data, the
+    mismatched pairs' (no grad) only when ``kl_pairs`` (the loss reads them)."""
     ids = [e["id"] for e in chunk]
     if kind == "unpaired":
-        (grad_roles, nograd_roles) = (("main",), ("kl",))
+        grad_roles, nograd_roles = ("main",), (("kl",) if kl_pairs else ())
     else:
         grad_roles, nograd_roles = ROLES[kind], ()
     pol, batches = _forward_roles(model, chunk, grad_roles, pad_id, needs_full_logits)
@@ -118,8 +120,9 @@ def build_offline_inputs(
     if kind == "sft":
         return inp
     inp.labels = torch.tensor([e["label"] for e in chunk], dtype=torch.bool, device=logp.device)  # unpaired
-    inp.kl_logps = pol["kl"][0].sum(-1)
-    inp.ref_logps, inp.ref_kl_logps = ref("main")[0], ref("kl")[0]
+    inp.ref_logps = ref("main")[0]
+    if kl_pairs:
+        inp.kl_logps, inp.ref_kl_logps = pol["kl"][0].sum(-1), ref("kl")[0]
     return inp
 
 

@@ -188,6 +188,7 @@ class Learner:
                 ref_cache=batch.reference,
                 live_ref=self.live_ref,
                 needs_full_logits=self.caps.full_logits,
+                kl_pairs=self.caps.kl_pairs,
             )
             if version == i == 0 and batch.reference is not None and self.check_reference:
                 check_reference_equal(inputs, self.caps.data, self.run)

@@ -41,6 +41,7 @@ class Capabilities:
     full_logits: bool = False  # its loss reads the full logits (the policy's and a live reference's)
     own_pairs: bool = False  # online: it samples and ranks its own preference pairs each round
     iterate_pairs: bool = False  # online: a frozen iterate answers the rejected side (SPIN)
+    kl_pairs: bool = False  # unpaired: its loss reads the mismatched pairs' log-probs (KTO's reference point)
 
     @classmethod
     def of(cls, spec: LossSpec | LossInfo, hparams: dict) -> Capabilities:
@@ -64,6 +65,7 @@ class Capabilities:
             spec.needs_full_logits,
             spec.generates_own_pairs,
             spec.pairs_from_iterate,
+            spec.data == "unpaired" and spec.reads_kl_pairs,
         )
 
 
