@@ -14,6 +14,8 @@ From the learning curves (:func:`analysis.isocompute.load_curves`) only:
   updates M (their largest common curve point), beside the matched-C comparison, with the learning
   rate each side summed over those updates (:func:`cumulative_lr`);
 * :func:`raw_best`: the best arm by its raw mean reward at matched C (no fitted envelope);
+* :func:`curve_points`: each arm's avg@k and best@k along its learning curve at the compute points
+  ``--curve-at`` names (mean over seeds), the table of a longer grid's curves;
 * :func:`versus_base`: whether an arm sharpens (worst@k) or widens coverage (best@k) at all: its
   runs at matched C against the same runs' base point (rollouts 0) on the same validation problems.
 
@@ -22,6 +24,7 @@ Run as a module, it writes every number of one or more grids from their records 
 
     python -m analysis.isocompute_confound [results/isocompute results/isocompute_warmup10 ...]
         [--out results/isocompute_confound] [--metric accuracy_flexible] [--control DIR]
+        [--curve-at C [C ...]]
 
 Per grid and subset, at the largest compute every run reached: the fixed-batch comparisons (the larger
 B_p against the larger n at one B = B_p · n: same M, same learning rate; wins and an exact sign test
@@ -420,9 +423,72 @@ def _config(root: str) -> dict:
     return json.loads(next(Path(root).rglob("run.json")).read_text())["config"]
 
 
-def grid_summary(root: str, metric: str | None = None, control: str | None = None) -> dict:
+def curve_points(curves: pd.DataFrame, at: list[float], k: int) -> list[dict]:
+    """Per subset, arm (n, B_p) and compute point of ``at`` (0: the base): avg@k and best@k, the mean over
+    the arm's seeds (each run's curve point at exactly that compute; a run without one is an error)."""
+    rows = []
+    for (subset, n, b_p), arm in curves.groupby(["subset", "n", "B_p"]):
+        for c in at:
+            point = arm[arm["rollouts"] == c]
+            if point["run_id"].nunique() != arm["run_id"].nunique():
+                raise SystemExit(f"--curve-at {c:g}: not a curve point of every run of n = {n}, B_p = {b_p}")
+            rows.append(
+                {
+                    "subset": subset,
+                    "n": int(n),
+                    "B_p": int(b_p),
+                    "C": c,
+                    "seeds": int(point["seed"].nunique()),
+                    "avg": float(point[f"avg_at_{k}"].mean()),
+                    "best": float(point[f"best_at_{k}"].mean()),
+                }
+            )
+    return rows
+
+
+def _curve_md(rows: list[dict], k: int) -> list[str]:
+    """The learning-curve table per subset: one row per compute point, avg@k and best@k per arm."""
+    lines = []
+    for subset in dict.fromkeys(r["subset"] for r in rows):
+        sub = [r for r in rows if r["subset"] == subset]
+        arms = list(dict.fromkeys((r["n"], r["B_p"]) for r in sub))
+        one_bp = len({b for _, b in arms}) == 1
+        label = {a: f"n = {a[0]}" + ("" if one_bp else f", B_p = {a[1]}") for a in arms}
+        seeds = max(r["seeds"] for r in sub)
+        lines += [f"Along the learning curves, {subset} (mean over {seeds} seeds):", ""]
+        lines += ["| C | " + " | ".join(f"{label[a]}: avg@{k} | best@{k}" for a in arms) + " |"]
+        lines += ["|---|" + "---|---|" * len(arms)]
+        for c in dict.fromkeys(r["C"] for r in sub):
+            at = {(r["n"], r["B_p"]): r for r in sub if r["C"] == c}
+            cells = " | ".join(f"{at[a]['avg']:.3f} | {at[a]['best']:.3f}" for a in arms)
+            lines += [f"| {c:,.0f}{' (base)' if c == 0 else ''} | {cells} |"]
+        lines += [""]
+    return lines
+
+
+def _versus_control(root: str, control: str, curves: pd.DataFrame, c: float, k: int, sampled: str) -> dict:
+    """Each arm against its random-reward twin in ``control`` (same k, same grader: else an error)."""
+    theirs = _config(control)["eval"]
+    if (theirs.get("sampled_grader", "strict"), theirs["k"]) != (sampled, k):
+        raise SystemExit(
+            f"{control}: its best@k / worst@k (k = {theirs['k']}, graded "
+            f"{theirs.get('sampled_grader', 'strict')}) are not {root}'s (k = {k}, graded "
+            f"{sampled}): not a control for it"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "versus_control": versus_control(curves, iso.load_curves(control), c, k=k),
+            "control": Path(control).name,
+        }
+
+
+def grid_summary(
+    root: str, metric: str | None = None, control: str | None = None, curve_at: list[float] | None = None
+) -> dict:
     """Every number of one grid (module doc); ``metric``: the curves' column the reward comparisons use
-    (default avg@k, the paper's validation reward); ``control``: its random-reward grid, if any."""
+    (default avg@k, the paper's validation reward); ``control``: its random-reward grid, if any;
+    ``curve_at``: the compute points of its learning-curve table (none without)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         curves = iso.load_curves(root)
@@ -450,18 +516,10 @@ def grid_summary(root: str, metric: str | None = None, control: str | None = Non
         "versus_base": versus_base(curves, c, k=k),
         "subsets": {},
     }
+    if curve_at:
+        out["curve"] = curve_points(curves, curve_at, k)
     if control is not None:
-        theirs = _config(control)["eval"]
-        if (theirs.get("sampled_grader", "strict"), theirs["k"]) != (graders["sampled"], k):
-            raise SystemExit(
-                f"{control}: its best@k / worst@k (k = {theirs['k']}, graded "
-                f"{theirs.get('sampled_grader', 'strict')}) are not {root}'s (k = {k}, graded "
-                f"{graders['sampled']}): not a control for it"
-            )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out["versus_control"] = versus_control(curves, iso.load_curves(control), c, k=k)
-        out["control"] = Path(control).name
+        out |= _versus_control(root, control, curves, c, k, graders["sampled"])
     for subset, sub in at.groupby("subset"):
         cur = curves[curves["subset"] == subset]
         ns = sorted(sub["n"].unique())
@@ -629,6 +687,7 @@ def grid_markdown(s: dict) -> list[str]:
         for r in s["raw_best"]
     )
     lines += [f"**Raw best arm at C = {s['C']:,.0f}** (mean over seeds, no fitted envelope): {best}.", ""]
+    lines += _curve_md(s["curve"], k) if s.get("curve") else []
     lines += _versus_base_md(s.get("versus_base", []), k, s["C"])
     lines += _versus_control_md(s)
     for subset, r in s["subsets"].items():
@@ -642,10 +701,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/isocompute_confound"))
     ap.add_argument("--metric", help="the reward column (default avg@k); e.g. accuracy_flexible")
     ap.add_argument("--control", help="the grid of the same arms with a random reward (one root only)")
+    ap.add_argument("--curve-at", type=float, nargs="+", help="the learning-curve table's compute points")
     args = ap.parse_args()
     if args.control and len(args.roots) != 1:
         ap.error("--control compares one grid with its control: give one root")
-    summaries = [grid_summary(r, args.metric, args.control) for r in args.roots]
+    summaries = [grid_summary(r, args.metric, args.control, args.curve_at) for r in args.roots]
     lines = [
         "# IsoCompute without the confound of n with M",
         "",

@@ -272,10 +272,6 @@ SECTIONS = [
 DEFAULT_OUT = {"analysis.relabel_staleness": "results/staleness_relabelled"}
 #: (section, the table's header row) -> why no committed script prints that table's numbers
 UNSCRIPTED = {
-    ("## isocompute_flexible_wide", "| C | n = 2: avg@4 | best@4 | n = 8: avg@4 | best@4 |"): (
-        "the learning curves at C = 0, 4,096, 8,192, 12,288, 16,384: analysis.isocompute_summary prints avg@4 "
-        "at powers of 2 (not 12,288) and best@4 only at the matched C"
-    ),
     ("## oxrl_core", "| family | tasks (200 test documents each; `next` has 181) | kind | chance |"): (
         "the design: the task families' definitions (study_summary prints each lm-eval task's documents and "
         "chance, not the families' kinds or the in-domain task's chance)"
