@@ -1,6 +1,7 @@
 """Every committed study still plans as finished: ``oxbench run --grid recipes/<study>.yaml --out results
---plan`` finds each cell's record under ``results/<study>/<run_id>/``, so its run_ids are the ones the
-records were written under. Planned as the CLI plans, through the loss registry's index (no torch): the
+--plan`` finds each cell's record under ``results/<study>/<run_id>/`` (a tuned grid's: its tuning cells
+under ``results/<study>_tune/`` and its final cells at the picks its tuning records give), so its run_ids
+are the ones the records were written under. Planned as the CLI plans, through the loss registry's index (no torch): the
 index must give the run_ids the live registry gave when the studies ran."""
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, sys
 from pathlib import Path
-from oxbench.grid.spec import expand, load_grid
+from oxbench.grid.spec import expand, load_grid, tune_plan, tuned_cells, tuning_cells
 from oxbench_cli import _status
 out = {}
 for path in sorted(Path("recipes").glob("*.yaml")):
     grid = load_grid(path)
     if (Path("results") / grid.name).is_dir():
-        cells = expand(grid, str(path))
+        if grid.tune is None:
+            cells = expand(grid, str(path))
+        else:  # a tuned grid, as the CLI plans it: its tuning cells, then its final cells at their picks
+            tp = tune_plan(grid, str(path))
+            final, state, waiting = tuned_cells(grid, Path("results"), str(path), tp)
+            cells = tuning_cells(grid, str(path), tp) + final + waiting
         out[grid.name] = [len(cells), [c.run_id() for c in cells if _status(c, Path("results")) != "finished"]]
 print(json.dumps({"studies": out, "torch": "torch" in sys.modules}))
 """

@@ -81,7 +81,7 @@ def own_values(cfg: RunConfig) -> dict[str, float]:
     cell's override)."""
     import losses
 
-    spec = losses.get(cfg.method)
+    spec = losses.info(cfg.method)  # the index's entry: planning imports no torch
     scaling = cfg.train.lr_scaling
     out = {LR: scaling.base_lr if scaling.rule != "none" else cfg.train.lr}
     for k, v in {**(spec.defaults or {}), **cfg.loss}.items():
@@ -103,7 +103,7 @@ def sweep_of_cell(spec: TuneSpec, cfg: RunConfig) -> dict[str, list[float]]:
     import losses
 
     own = own_values(cfg)
-    return {k: f for k, f in sweep_of(spec, cfg.method, losses.get(cfg.method).paradigm).items() if k in own}
+    return {k: f for k, f in sweep_of(spec, cfg.method, losses.info(cfg.method).paradigm).items() if k in own}
 
 
 def points(spec: TuneSpec, cfg: RunConfig) -> list[dict[str, float]]:
