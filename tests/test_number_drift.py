@@ -267,6 +267,7 @@ SECTIONS = [
     "## dpo_variants",
     "## lora_factorial",
     "## lora_lr_sweep and lora_own_lr",
+    "## The board",
 ]
 #: where a command that takes no ``--out`` writes (its argparse default)
 DEFAULT_OUT = {"analysis.relabel_staleness": "results/staleness_relabelled"}
