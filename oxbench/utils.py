@@ -279,15 +279,18 @@ def read_jsonl_checked(
 
 
 # ------------------------------------------------------------------ cached artefacts, sealed
+SEAL = ".seal.json"  # a sealed directory's seal, inside it (a file's: NAME.seal.json beside it)
+
+
 def _seal_path(path: Path) -> Path:
     """A file's seal beside it (``NAME.seal.json``); a directory's inside it."""
-    return path / ".seal.json" if path.is_dir() else path.with_name(path.name + ".seal.json")
+    return path / SEAL if path.is_dir() else path.with_name(path.name + SEAL)
 
 
 def _members(path: Path) -> list[Path]:
     if not path.is_dir():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.name != ".seal.json")
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name != SEAL)
 
 
 def sha256_file(path: Path) -> str:

@@ -30,6 +30,7 @@ def test_a_shipped_base_is_installed_instead_of_pre_training(bases, tmp_path, mo
     shipped.ship(built, _cfg().key())
     monkeypatch.setenv("OXBENCH_CACHE", str(tmp_path / "fresh-cache"))
     monkeypatch.setattr(pretrain, "_pretrain", lambda *a, **k: pytest.fail("pre-trained a shipped base"))
+    assert not (bases / _cfg().key() / ".seal.json").exists()  # the cache's seal, not part of the base
     got = ensure_pretrained(_cfg(), verbose=False)
     assert got != built and shipped.same_weights(got, built) == (True, 0.0)
     assert (got / "pretrain.json").read_text() == (built / "pretrain.json").read_text()

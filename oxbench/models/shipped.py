@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from oxbench.models.tiny import ModelError
-from oxbench.utils import publish_dir, seal, sha256_file, temp_dir_beside
+from oxbench.utils import SEAL, publish_dir, seal, sha256_file, temp_dir_beside
 
 BASES = Path(__file__).resolve().parent / "bases"
 MANIFEST = "SHA256SUMS"
@@ -57,10 +57,12 @@ def install(key: str, dest: Path) -> bool:
 
 
 def ship(src: Path, key: str) -> Path:
-    """Write the pre-trained base in ``src`` as the shipped base of ``key``, with its manifest."""
+    """Write the pre-trained base in ``src`` (a sealed cache directory) as the shipped base of ``key``,
+    with its manifest. The cache's seal stays behind: it records this machine's file stamps, and
+    :func:`install` seals each installed copy itself."""
     dest = BASES / key
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(src, dest)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(SEAL))
     files = sorted(p for p in dest.iterdir() if p.is_file() and p.name != MANIFEST)
     (dest / MANIFEST).write_text("".join(f"{sha256_file(p)}  {p.name}\n" for p in files))
     return dest
