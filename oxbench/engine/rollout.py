@@ -207,10 +207,10 @@ class RolloutWorker:
         prompted in the task's format; a data file's (``data.path``) with its rendered ``prompt``."""
         prompts = [r["prompt"] if FILE_ROW in r else self.prompt(self.tokenizer, r["question"]) for r in rows]
         samples = self._sample(prompts, n, temperature, max_new_tokens, seed)
-        result = []
+        result, state = [], TrainerState(global_step=max(self.version, 0))  # one policy samples them all
         for g, (r, group) in enumerate(zip(rows, samples)):
             texts = [self.tokenizer.decode(s.completion_ids, skip_special_tokens=True) for s in group]
-            ids, state = [s.completion_ids for s in group], TrainerState(global_step=max(self.version, 0))
+            ids = [s.completion_ids for s in group]
             rewards, parts = scored_group(reward_fn, texts, r, ids=ids, state=state)
             for i, (s, text, reward) in enumerate(zip(group, texts, rewards)):
                 result.append(
