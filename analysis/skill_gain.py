@@ -328,9 +328,14 @@ def is_control(arm: str) -> bool:
 
 
 def real_twin(control: str, arms) -> str | None:
-    """The arm a control shadows: the same label with a real reward (every other setting equal)."""
-    strip = re.compile(r" ?reward_grader=\S+")
-    return next((a for a in arms if not is_control(a) and strip.sub("", a) == strip.sub("", control)), None)
+    """The arm a control shadows: the same label with a real reward, every other setting equal; failing
+    that, the one real arm that differs only in its learning rate (a control matched on how far it moves
+    the policy runs at a larger rate: recipes/oxrl_skill_matched_calibration.yaml)."""
+    for strip in (re.compile(r" ?reward_grader=\S+"), re.compile(r" ?(reward_grader|base_lr|lr)=\S+")):
+        twins = [a for a in arms if not is_control(a) and strip.sub("", a) == strip.sub("", control)]
+        if len(twins) == 1:
+            return twins[0]
+    return None
 
 
 def print_versus_controls(rows: list[dict], merged: dict) -> None:
@@ -368,6 +373,7 @@ def print_moves_as_much(answers: dict[str, np.ndarray], base: np.ndarray) -> Non
     )
     print(f"| control | twin | control: changed | twin: changed | ratio | p (control lower) | {cuts} |")
     print(f"|---|---|---|---|---|---|{'---|' * len(MOVES_CUTOFFS)}")
+    ratios: dict[str, float] = {}
     for c, t in pairs:
         a, b = changed_from_base(answers[c], base), changed_from_base(answers[t], base)
         ratio = float(a.mean() / b.mean()) if b.mean() > 0 else np.nan
@@ -376,6 +382,19 @@ def print_moves_as_much(answers: dict[str, np.ndarray], base: np.ndarray) -> Non
         print(
             f"| {c} | {t} | {100 * a.mean():.1f}% | {100 * b.mean():.1f}% | {ratio:.2f} | {p:.2g} | {verdicts} |"
         )
+        ratios[c] = ratio
+    scaled = {c: r for c, r in ratios.items() if _rate(c) != _rate(real_twin(c, answers))}
+    if len(scaled) > 1:  # a calibration: the same control at several rates
+        pick = min(scaled, key=lambda c: abs(np.log(scaled[c])) if scaled[c] > 0 else np.inf)
+        print(
+            f"nearest its twin (|log ratio| smallest; the calibration's pick): {pick}, ratio {scaled[pick]:.2f}"
+        )
+
+
+def _rate(arm: str | None) -> str | None:
+    """The learning-rate part of an arm's label (``base_lr=…`` or ``lr=…``), if any."""
+    found = re.search(r"\b(base_lr|lr)=\S+", arm or "")
+    return found.group(0) if found else None
 
 
 def parse_args() -> argparse.Namespace:

@@ -264,3 +264,42 @@ def test_a_one_line_working_that_reaches_the_answer_is_no_gold_working_of_a_two_
     )  # fmt: skip
     assert ar.gold_workings(table)["q"] == ((43, "+", 50, 93),)  # the vote alone
     assert ar.gold_workings(table, n_ops=2)["q"] == ((43, "+", 51, 94), (94, "-", 1, 93))
+
+
+def test_a_control_at_a_larger_rate_is_set_beside_its_twin_and_the_nearest_is_picked(
+    tmp_path, capsys, monkeypatch
+):
+    """A calibration (recipes/oxrl_skill_matched_calibration.yaml): the random reward at several learning
+    rates, each set beside the one real arm that differs in reward and rate only; the pick is the ratio
+    nearest 1 on a log scale."""
+    import json
+
+    arms = {
+        "sgrpo base_lr=1e-05 reward_grader=flexible": ARMS["sgrpo"],
+        "sgrpo base_lr=2e-05 reward_grader=random": CONTROL,
+        "sgrpo base_lr=4e-05 reward_grader=random": [
+            {0, 1, 2, 3, 6, 7},
+            {0, 1, 2, 4, 5, 8},
+            {0, 1, 3, 4, 5, 9},
+        ],
+    }
+    root = grid(tmp_path, "g", arms)
+    base = "".join(json.dumps(o) + "\n" for o in outcomes(set(range(6))))
+    for d in root.iterdir():
+        (d / "base_eval.jsonl").write_text(base)
+    from analysis import skill_gain
+
+    assert skill_gain.real_twin("sgrpo base_lr=4e-05 reward_grader=random", arms) == next(iter(arms))
+    two_real = {**arms, "sgrpo base_lr=3e-05 reward_grader=flexible": []}
+    assert skill_gain.real_twin("sgrpo base_lr=4e-05 reward_grader=random", two_real) is None  # ambiguous
+    monkeypatch.setattr(sys, "argv", ["skill_gain", str(root)])
+    skill_gain.main()
+    out = capsys.readouterr().out
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.endswith("reward_grader=flexible | 22.2% | 38.9% | 0.57 | 0.038 | no | no | no |")
+    ]
+    assert rows and rows[0].startswith("| sgrpo base_lr=4e-05 reward_grader=random |")
+    pick = "nearest its twin (|log ratio| smallest; the calibration's pick): sgrpo base_lr=4e-05 reward_grader=random"
+    assert pick in out  # 22.2% against the control at 2e-05's smaller share
