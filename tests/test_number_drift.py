@@ -12,7 +12,9 @@ digits the page shows.
 The sections in SECTIONS (below) are checked the same way: every committed ``$ python -m`` output under
 ``results/*_analysis/`` is regenerated, every directory a section's ``--out`` command writes is
 rewritten and compared byte for byte, and each table row and quoted confidence interval of the
-section must be one of its commands' outputs'. UNSCRIPTED lists the tables no script prints."""
+section must be one of its commands' outputs', as must every p value and "mean ± SD" of its prose (and
+of the oxrl_skill sections'). UNSCRIPTED lists the tables no script prints, HISTORICAL the withdrawn
+first-analysis p values the prose quotes as history."""
 
 from __future__ import annotations
 
@@ -244,6 +246,10 @@ def test_the_oxrl_skill_tables_are_the_skill_gain_outputs():
         for row in table[2:]:
             missing = _unquoted(header, _cells(row), outputs)
             bad += [f"{row[:60]}…: {missing}"] if missing else []
+    texts = [_committed(n)[1] for n in SKILL_OUTPUTS]
+    for section, _ in sections:
+        bad += _unquoted_prose("## oxrl_skill", section, texts)
+        bad += [f"interval {q}" for q in _unquoted_intervals(section, texts)]
     assert bad == [], "numbers no committed output gives:\n" + "\n".join(bad)
 
 
@@ -279,6 +285,21 @@ UNSCRIPTED = {
     ),
 }
 CI = re.compile(r"([+\-−]?\d[\d.]*) \[([+\-−]?\d[\d.]*), ([+\-−]?\d[\d.]*)\]")
+#: a p value of the prose: "p = 0.0007", "p 0.003", "p_adj 0.17", "Holm p = 0.017"
+PROSE_P = re.compile(r"\bp(?:_adj)? =? ?(\d[\d.]*(?:e[+\-−]?\d+)?)")
+#: a mean ± SD of the prose ("+3.1 ± 2.1")
+PROSE_SD = re.compile(r"([+\-−]?\d[\d.]*) ± (\d[\d.]*)")
+#: (section, a p value its prose quotes) -> why no committed script prints it
+HISTORICAL = {
+    (
+        "## oxrl_core",
+        "0.009",
+    ): "the first, withdrawn analysis (seed-only, CISPO counted apart), quoted as history",
+    (
+        "## oxrl_core_v1",
+        "0.084",
+    ): "the first, withdrawn analysis (seed-only, CISPO counted apart), quoted as history",
+}
 
 
 def _section(heading: str) -> str:
@@ -410,6 +431,40 @@ def _unquoted_intervals(section: str, outputs: list[str]) -> list[str]:
     ]
 
 
+def _prose(section: str) -> str:
+    """The section's text without its tables, whitespace normalised."""
+    return " ".join(
+        " ".join(line for line in section.splitlines() if not line.strip().startswith("|")).split()
+    )
+
+
+def _unquoted_prose(heading: str, section: str, outputs: list[str]) -> list[str]:
+    """The p values of the section's prose that no output prints (rounded as the page shows them,
+    :func:`_shown`) and not in HISTORICAL, and its "mean ± SD" pairs that no output line gives in order."""
+    printed = [n for o in outputs for n in _numbers(o)]
+    lines = [_numbers(line) for o in outputs for line in o.splitlines()]
+    text = _prose(section)
+    bad = [
+        f"p = {q}"
+        for q in (m.rstrip(".") for m in PROSE_P.findall(text))
+        if (heading, q) not in HISTORICAL and not any(_shown(q, x) for x in printed)
+    ]
+    return bad + [
+        f"{m} ± {sd}"
+        for m, sd in PROSE_SD.findall(text)
+        if not any(_in_order([m, sd], n) == [] for n in lines)
+    ]
+
+
+def test_prose_p_values_and_sds_must_be_printed():
+    """A p value or a mean ± SD of the prose that no output prints fails; one rounded as printed passes."""
+    outputs = ["| arm | +3.14 ± 2.08 | p 0.00074 |"]
+    assert _unquoted_prose("## x", "Pooled +3.1 ± 2.1, p = 0.0007; seed-only p 7e-4.", outputs) == []
+    assert _unquoted_prose("## x", "Pooled +3.1 ± 2.2 (p = 0.0008).", outputs) == ["p = 0.0008", "+3.1 ± 2.2"]
+    assert _unquoted_prose("## x", "| p = 0.5 |\nA table's p is a row's.", outputs) == []
+    assert _unquoted_prose("## oxrl_core", "first written p_adj 0.009.", outputs) == []  # HISTORICAL
+
+
 def test_a_row_is_one_output_line_or_two_that_name_it():
     """An arm's scores and its comparison, printed in two tables, make one README row; lines that do not
     name the row's arm, or a number off in its last digit, do not."""
@@ -436,6 +491,7 @@ def test_the_section_numbers_are_what_its_commands_print(heading):
     assert all(h in [t[0] for t in _tables(section)] for h in unscripted), "an UNSCRIPTED table left the page"
     bad = _unquoted_rows(heading, section, _row_numbers(texts))
     bad += [f"interval {q}" for q in _unquoted_intervals(section, texts)]
+    bad += _unquoted_prose(heading, section, texts)
     assert bad == [], f"{heading}: numbers no committed output gives:\n" + "\n".join(bad)
 
 
