@@ -37,6 +37,7 @@ from analysis.units import duplicate_arms, merged_arms, merged_label
 
 SKILL_METRICS = ("accuracy_verified_flexible", "accuracy_flexible")  # the first: the skill leaderboard's
 FORMAT_METRICS = ("accuracy", "accuracy_verified_flexible")
+NAMES2 = ("skill testbed", "format testbed")  # the two grids' names in the tables (--names)
 NAMES = {
     "accuracy": "strict",
     "accuracy_verified_flexible": "verified-flexible",
@@ -112,12 +113,18 @@ def _rho(x: pd.Series, y: pd.Series) -> str:
     return f"{rho:.2f} | {p:.2g}"
 
 
-def rho_table(merged: pd.DataFrame, kept: pd.DataFrame, unmerged: pd.DataFrame, n_skill: int) -> list[str]:
+def rho_table(
+    merged: pd.DataFrame,
+    kept: pd.DataFrame,
+    unmerged: pd.DataFrame,
+    n_skill: int,
+    names: tuple[str, str] = NAMES2,
+) -> list[str]:
     """Spearman's ρ and p of each skill column (the first ``n_skill``) against each format column (the
     rest), three ways: identical arms merged (the primary), every arm unmerged, each set as its kept arm."""
     n, k = len(merged), len(unmerged)
     lines = [
-        f"| skill testbed | format testbed | ρ, identical arms merged ({n} methods) | p "
+        f"| {names[0]} | {names[1]} | ρ, identical arms merged ({n} methods) | p "
         f"| ρ, unmerged ({k} arms) | p | ρ, each set as its kept arm ({n} methods) | p |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -133,7 +140,11 @@ def _merge_line(grids: list[str], merges: list[dict[str, list[str]]]) -> str:
 
 
 def report(
-    skill: pd.DataFrame, fmt: pd.DataFrame, skill_metrics: list[str], format_metrics: list[str]
+    skill: pd.DataFrame,
+    fmt: pd.DataFrame,
+    skill_metrics: list[str],
+    format_metrics: list[str],
+    names: tuple[str, str] = NAMES2,
 ) -> list[str]:
     """Every line :func:`main` prints: the merges, the merged leaderboards, the unmerged ones, the ρ table."""
     arms = sorted(set(skill["method"]) & set(fmt["method"]))
@@ -143,8 +154,8 @@ def report(
     gains = [(0, arm_gains(skill, m)) for m in skill_metrics] + [
         (1, arm_gains(fmt, m)) for m in format_metrics
     ]
-    columns = [f"skill testbed: {NAMES.get(m, m)}" for m in skill_metrics]
-    columns += [f"format testbed: {NAMES.get(m, m)}" for m in format_metrics]
+    columns = [f"{names[0]}: {NAMES.get(m, m)}" for m in skill_metrics]
+    columns += [f"{names[1]}: {NAMES.get(m, m)}" for m in format_metrics]
 
     def frame(*, kept: bool) -> pd.DataFrame:
         return pd.DataFrame(
@@ -166,7 +177,7 @@ def report(
         "",
         *leaderboard_table(unmerged, {}, ["arm (unmerged)", *columns]),
         "",
-        *rho_table(merged, kept, unmerged, len(skill_metrics)),
+        *rho_table(merged, kept, unmerged, len(skill_metrics), names),
     ]
 
 
@@ -177,6 +188,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--scale", help="the format grid's rung (default: the skill grid's scale)")
     ap.add_argument("--skill-metrics", nargs="+", default=list(SKILL_METRICS), help="the first: the order")
     ap.add_argument("--format-metrics", nargs="+", default=list(FORMAT_METRICS))
+    ap.add_argument("--names", nargs=2, default=list(NAMES2), help="the two grids' names in the tables")
     return ap.parse_args()
 
 
@@ -187,7 +199,7 @@ def main() -> None:
     skill, fmt = skill[skill["scale"] == scale], fmt[fmt["scale"] == scale]
     if not len(skill) or not len(fmt):
         raise SystemExit(f"no finished runs at {scale} in {args.skill} and {args.format}")
-    print("\n".join(report(skill, fmt, args.skill_metrics, args.format_metrics)))
+    print("\n".join(report(skill, fmt, args.skill_metrics, args.format_metrics, tuple(args.names))))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ means and the reference's values (``scipy.stats.kendalltau``), and every pair in
 with the grid's difference, tested two-way (:func:`analysis.twoway.two_way_difference`: seeds and test
 problems crossed, problems paired). The verdict (recipes/countdown_core.yaml): the order "agrees" when
 no pair is inverted (τ = 1); an inverted pair whose interval holds 0 is "not separated", and the
-verdict counts the pairs whose interval excludes 0.
+verdict counts the pairs whose interval excludes 0 (unadjusted 95% intervals, as pre-registered), with
+the count after Holm over the pairs beside it (its sensitivity to the multiple comparisons).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from scipy import stats
 
 from analysis import load_problem_outcomes, load_runs
 from analysis.crossed import BOTH, outcome_matrix
-from analysis.stats import by_arm
+from analysis.stats import adjust_pvalues, by_arm
 from analysis.twoway import two_way_difference
 
 #: the OXRL paper's GSM8K accuracies at 1.5B (its Table of the core methods), in points
@@ -74,20 +75,21 @@ def report(runs: pd.DataFrame, outcomes: pd.DataFrame, order: dict[str, float], 
     tau = stats.kendalltau([order[m] for m in order], [means[m] for m in order])
     print(f"\nKendall's tau-b over {len(order)} methods: {tau.statistic:+.2f} (p = {tau.pvalue:.2g})")
     rows = pair_rows(runs, outcomes, order, metric)
+    holm = adjust_pvalues([r["p"] for r in rows], "holm")
     print(f"\nevery pair in the reference's order: the grid's difference in points (unit: {BOTH})")
-    print("| pair | Δ [95% CI] | p | in the grid |\n|---|---|---|---|")
-    for r in rows:
+    print(f"| pair | Δ [95% CI] | p | p (Holm, {len(rows)}) | in the grid |\n|---|---|---|---|---|")
+    for r, h in zip(rows, holm):
         where = ("inverted" if r["inverted"] else "agrees") + ("" if r["separated"] else ", not separated")
-        print(
-            f"| {r['pair']} | {r['delta']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}] | {r['p']:.2g} | {where} |"
-        )
+        interval = f"{r['delta']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}]"
+        print(f"| {r['pair']} | {interval} | {r['p']:.2g} | {h:.2g} | {where} |")
     inverted = sum(r["inverted"] for r in rows)
     separated = [r for r in rows if r["separated"]]
     flips = sum(r["inverted"] for r in separated)
     verdict = "agrees (no pair inverted)" if not inverted else f"{inverted} of {len(rows)} pairs inverted"
     print(
         f"\nverdict: the order {verdict}; {len(separated)} of {len(rows)} pairs separated "
-        f"(interval excludes 0), {flips} of them inverted"
+        f"(interval excludes 0), {flips} of them inverted; with Holm over the {len(rows)} pairs, "
+        f"{sum(h < 0.05 for h in holm)} separated"
     )
 
 

@@ -63,11 +63,16 @@ def lmeval_tasks(df: pd.DataFrame) -> list[str]:
     return sorted(found, key=lambda t: (TASKS.index(t) if t in TASKS else len(TASKS), t))
 
 
-def score_columns(df: pd.DataFrame) -> dict[str, str]:
+def score_columns(df: pd.DataFrame, extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Record column -> header of the scores table: :data:`SCORES` the records have, then each lm-eval
-    task's score (its name without ``oxbench_``)."""
+    task's score (its name without ``oxbench_``), then the ``extra`` metrics asked for (``--metrics``:
+    a task's own, pass@k), each a one-line error when the records lack it."""
     own = {c: h for c, h in SCORES.items() if c in df}
-    return {**own, **{f"lmeval_{t}": t.removeprefix("oxbench_") for t in lmeval_tasks(df)}}
+    missing = [c for c in extra if c not in df]
+    if missing:
+        raise SystemExit(f"--metrics: the records have no {missing}")
+    lmeval = {f"lmeval_{t}": t.removeprefix("oxbench_") for t in lmeval_tasks(df)}
+    return {**own, **lmeval, **{c: c for c in extra}}
 
 
 def task_design(df: pd.DataFrame) -> None:
@@ -86,11 +91,11 @@ def task_design(df: pd.DataFrame) -> None:
         print("\nlm-eval tasks: test documents and chance (%)\n", table.round(1).to_string(index=False))
 
 
-def scores(once: pd.DataFrame, merged: dict, scales: list[str]) -> None:
+def scores(once: pd.DataFrame, merged: dict, scales: list[str], extra: tuple[str, ...] = ()) -> None:
     """Each arm's mean over seeds (%) of strict accuracy with its SD over seeds, and of flexible and
     verified-flexible accuracy where the records have them (identical arms merged); first in each scale
     the base's greedy scores (``base_<metric>``), where the records have them."""
-    arms, cols = by_arm(once), score_columns(once)
+    arms, cols = by_arm(once), score_columns(once, extra)
     rows = []
     for scale in scales:
         cell = arms[arms["scale"] == scale]
@@ -137,6 +142,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="a grid's results directory, e.g. results/oxrl_core")
     ap.add_argument("--baseline", default="dpo")
+    ap.add_argument("--metrics", nargs="+", default=[], help="more record metrics for the scores table")
     args = ap.parse_args()
     pd.set_option("display.width", 200, "display.max_columns", 30, "display.max_rows", 200)
 
@@ -150,7 +156,7 @@ def main() -> None:
     leaderboard(once, outcomes, merged, analysis.scale_order(df))
     if "base_accuracy" in df:
         print("\nbase accuracy (%)\n", (100 * df.groupby("scale")["base_accuracy"].first()).round(1))
-    scores(once, merged, analysis.scale_order(df))
+    scores(once, merged, analysis.scale_order(df), tuple(args.metrics))
     task_design(df)
     versus_baseline(once, outcomes, args.baseline)
     print(

@@ -274,6 +274,7 @@ SECTIONS = [
     "## lora_factorial",
     "## lora_lr_sweep and lora_own_lr",
     "## The board",
+    "## countdown_core",
 ]
 #: where a command that takes no ``--out`` writes (its argparse default)
 DEFAULT_OUT = {"analysis.relabel_staleness": "results/staleness_relabelled"}

@@ -40,6 +40,7 @@ def test_an_order_that_agrees_has_tau_1_and_no_inverted_pair(tmp_path, capsys, m
     out = run(grid(tmp_path, {"sgrpo": 0.8, "rft": 0.6, "dpo": 0.4, "simpo": 0.2}), capsys, monkeypatch)
     assert "Kendall's tau-b over 4 methods: +1.00" in out
     assert "verdict: the order agrees (no pair inverted); 6 of 6 pairs separated" in out
+    assert "with Holm over the 6 pairs, 6 separated" in out
 
 
 def test_an_inversion_is_counted_and_its_interval_decides_whether_it_is_separated(

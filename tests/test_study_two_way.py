@@ -175,3 +175,18 @@ def test_testbed_targets_and_study_summary_decide_two_way_with_seed_only_beside(
     study_summary.main()
     out = capsys.readouterr().out
     assert "sft (= sft_copy)" in out and "seeds × problems" in out and "seed_p_adj" in out
+
+
+def test_study_summary_adds_the_metrics_asked_for_and_names_a_missing_one(tmp_path, capsys, monkeypatch):
+    """``--metrics``: a task's own metrics (Countdown's format share, pass@k) join the scores table."""
+    root = format_grid(tmp_path)
+    from analysis import study_summary
+
+    monkeypatch.setattr(sys, "argv", ["study_summary", str(root), "--baseline", "dpo", "--metrics", "chance"])
+    study_summary.main()
+    table = capsys.readouterr().out.split("\nscores (%)")[1].split("\n\n")[0]
+    assert table.splitlines()[1].split()[-1] == "chance"
+    assert all(line.split()[-1] == "2.0" for line in table.splitlines()[2:])  # 0.02, in percent
+    monkeypatch.setattr(sys, "argv", ["study_summary", str(root), "--metrics", "pass_at_7"])
+    with pytest.raises(SystemExit, match=r"--metrics: the records have no \['pass_at_7'\]"):
+        study_summary.main()
