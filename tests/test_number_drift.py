@@ -573,3 +573,40 @@ def test_the_claims_table_quotes_only_printed_numbers():
             if not any(_near(n, values[s]) for s in named)
         ]
     assert bad == [], "numbers no committed output of the studies named prints:\n" + "\n".join(bad)
+
+
+# -- docs/ pages that quote study results (issue 40, item 8) --------------------------------------------------
+#: docs pages whose numbers are not study results, and where they come from instead
+NOT_STUDY_PAGES = {
+    "docs/cli_latency.md": "a benchmark's timings (benchmarks/cli_latency.py, run by hand on a loaded machine)",
+}
+#: (page, an interval or p value it quotes) -> why no committed output prints it now
+HISTORICAL_DOCS = {
+    (
+        "docs/claims.md",
+        "−0.18 [−0.41, −0.06]",
+    ): "the slope before the 4.2e-4 step was pooled, quoted as history",
+}
+
+
+def test_docs_quote_only_printed_study_numbers():
+    """Every confidence interval and prose p value on a docs page is printed by a committed study output
+    (``results/*_analysis/``, a grid's ``README.md`` under results/), rounded as the page shows it: looser
+    than a results section's check (any study's output), it catches a number no script prints."""
+    texts = [body for bodies in _study_texts().values() for body in bodies]
+    texts += [p.read_text(encoding="utf-8") for p in sorted(RESULTS.glob("*/README.md"))]
+    values = _sorted_values(n for t in texts for n in _numbers(t))
+    bad = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        name = str(page.relative_to(ROOT))
+        if name in NOT_STUDY_PAGES:
+            continue
+        text = page.read_text(encoding="utf-8")
+        for lo_hi in CI.findall(" ".join(text.split())):
+            quoted = f"{lo_hi[0]} [{lo_hi[1]}, {lo_hi[2]}]"
+            if (name, quoted) not in HISTORICAL_DOCS and not all(_near(n, values) for n in lo_hi):
+                bad.append(f"{name}: {quoted}")
+        for q in (m.rstrip(".") for m in PROSE_P.findall(_prose(text))):
+            if (name, q) not in HISTORICAL_DOCS and not _near(q, values):
+                bad.append(f"{name}: p = {q}")
+    assert bad == [], "numbers no committed study output prints:\n" + "\n".join(bad)
