@@ -129,9 +129,16 @@ def main() -> None:
     outcomes = load_problem_outcomes(args.root)
     m0 = runs.iloc[0]
     base = {k: m0[f"base_{k}"] for k in ("accuracy", "accuracy_flexible", "accuracy_verified_flexible")}
+    sampled = {k: m0.get(f"base_{k}") for k in ("best_at_16", "avg_at_16")}
     print(
         f"base: strict {100 * base['accuracy']:.1f}, flexible {100 * base['accuracy_flexible']:.1f}, "
         f"verified-flexible {100 * base['accuracy_verified_flexible']:.1f}, chance {100 * m0['chance']:.1f}"
+        + (
+            f"; sampled at T = 1, strict pass@16 {100 * sampled['best_at_16']:.1f}, avg@16 (pass@1) "
+            f"{100 * sampled['avg_at_16']:.1f}"
+            if all(pd.notna(v) for v in sampled.values())
+            else ""
+        )
     )
     print("identical arms (merged below):", duplicate_note(dups, merged=True) or "none")
     print(

@@ -12,7 +12,7 @@ digits the page shows.
 The sections in SECTIONS (below) are checked the same way: every committed ``$ python -m`` output under
 ``results/*_analysis/`` is regenerated, every directory a section's ``--out`` command writes is
 rewritten and compared byte for byte, and each table row and quoted confidence interval of the
-section must be one of its commands' outputs', as must every p value and "mean ± SD" of its prose (and
+section must be one of its commands' outputs', as must every p value, percentage and "mean ± SD" of its prose (and
 of the oxrl_skill sections'). UNSCRIPTED lists the tables no script prints, HISTORICAL the withdrawn
 first-analysis p values the prose quotes as history."""
 
@@ -296,18 +296,18 @@ UNSCRIPTED = {
 CI = re.compile(r"([+\-−]?\d[\d.]*) \[([+\-−]?\d[\d.]*), ([+\-−]?\d[\d.]*)\]")
 #: a p value of the prose: "p = 0.0007", "p 0.003", "p_adj 0.17", "Holm p = 0.017"
 PROSE_P = re.compile(r"\bp(?:_adj)? =? ?(\d[\d.]*(?:e[+\-−]?\d+)?)")
+#: a percentage of the prose ("28.9%")
+PROSE_PCT = re.compile(r"(?<![\w.])([+\-−]?\d+(?:\.\d+)?)%")
 #: a mean ± SD of the prose ("+3.1 ± 2.1")
 PROSE_SD = re.compile(r"([+\-−]?\d[\d.]*) ± (\d[\d.]*)")
-#: (section, a p value its prose quotes) -> why no committed script prints it
+_WITHDRAWN = "the first, withdrawn analysis (seed-only, CISPO counted apart), quoted as history"
+_FIRST_TRY = "a first try of the mixture bases, before the committed ones: its records were not kept"
+#: (section, a p value or percentage its prose quotes) -> why no committed script prints it
 HISTORICAL = {
-    (
-        "## oxrl_core",
-        "0.009",
-    ): "the first, withdrawn analysis (seed-only, CISPO counted apart), quoted as history",
-    (
-        "## oxrl_core_v1",
-        "0.084",
-    ): "the first, withdrawn analysis (seed-only, CISPO counted apart), quoted as history",
+    ("## oxrl_core", "0.009"): _WITHDRAWN,
+    ("## oxrl_core_v1", "0.084"): _WITHDRAWN,
+    ("## oxrl_core", "17.3%"): _FIRST_TRY,
+    ("## oxrl_core", "44.7%"): _FIRST_TRY,
 }
 
 
@@ -458,11 +458,25 @@ def _unquoted_prose(heading: str, section: str, outputs: list[str]) -> list[str]
         for q in (m.rstrip(".") for m in PROSE_P.findall(text))
         if (heading, q) not in HISTORICAL and not any(_shown(q, x) for x in printed)
     ]
+    bad += [
+        f"{q}%"
+        for q in PROSE_PCT.findall(text)
+        if (heading, f"{q}%") not in HISTORICAL and not _percent(q, printed)
+    ]
     return bad + [
         f"{m} ± {sd}"
         for m, sd in PROSE_SD.findall(text)
         if not any(_in_order([m, sd], n) == [] for n in lines)
     ]
+
+
+def _percent(quoted: str, printed: list[str]) -> bool:
+    """``quoted`` (a percentage) is a printed number, as a percentage or as a fraction, rounded as shown."""
+    for x in printed:
+        value = Decimal(x.replace("−", "-"))
+        if abs(value) < 10**6 and (_shown(quoted, x) or _shown(quoted, str(value * 100))):
+            return True
+    return False
 
 
 def test_prose_p_values_and_sds_must_be_printed():
@@ -472,6 +486,9 @@ def test_prose_p_values_and_sds_must_be_printed():
     assert _unquoted_prose("## x", "Pooled +3.1 ± 2.2 (p = 0.0008).", outputs) == ["p = 0.0008", "+3.1 ± 2.2"]
     assert _unquoted_prose("## x", "| p = 0.5 |\nA table's p is a row's.", outputs) == []
     assert _unquoted_prose("## oxrl_core", "first written p_adj 0.009.", outputs) == []  # HISTORICAL
+    assert _unquoted_prose("## x", "It changed 0.07% and 2.1%, not 2.2%.", outputs) == [
+        "2.2%"
+    ]  # 7e-4 = 0.07%
 
 
 def test_a_row_is_one_output_line_or_two_that_name_it():
