@@ -48,6 +48,7 @@ from analysis.units import drop_duplicate_arms, duplicate_arms, duplicate_note, 
 OUTCOME = {"accuracy": "correct", "accuracy_flexible": "correct_flexible"}
 TARGET = 5.0  # points (issue 27.4)
 CONTROL_GRADERS = ("random", "shuffled-")  # online.reward_grader values that make an arm a control
+NUMBER_ANSWERS = ("arith", "gsm8k")  # tasks whose answer is the completion's last number (the answer tables)
 MOVES_CUTOFFS = (0.7, 0.8, 0.9)  # "moves the policy as much" (recipes/oxrl_skill_fresh.yaml: 0.8)
 
 
@@ -435,12 +436,18 @@ def main() -> None:
         arms["control"] = ctrl
     base = base_matrix(table, args.metric)
     range_ref = ("base", base) if base is not None else ("control", ctrl)
-    trained = ar.trained_max_operand(config)
-    if config["task"]["name"] == "arith" and arms and trained < config["task"]["max_operand"]:
+    arith = config["task"]["name"] == "arith"
+    trained = ar.trained_max_operand(config) if arith else None
+    if arith and arms and trained < config["task"]["max_operand"]:
         gold = ar.gold_workings(table, config["task"].get("n_ops"))
         ops = ar.problem_operands(table, gold, config["task"]["max_operand"])
         print_by_range(arms, range_ref, ops, trained)
-    print_answers(table, once, rows, merged, control)
+    if config["task"]["name"] in NUMBER_ANSWERS:
+        print_answers(table, once, rows, merged, control)
+    else:
+        print(
+            f"\nfinal answers: not compared ({config['task']['name']}'s answer is not the completion's last number)"
+        )
     if args.base_prefix and arms:
         order = list(dict.fromkeys(table.loc[table["run_id"] == runs["run_id"].iloc[0], "id"]))
         base_value = float(runs[f"base_{args.metric}"].iloc[0])

@@ -303,3 +303,18 @@ def test_a_control_at_a_larger_rate_is_set_beside_its_twin_and_the_nearest_is_pi
     assert rows and rows[0].startswith("| sgrpo base_lr=4e-05 reward_grader=random |")
     pick = "nearest its twin (|log ratio| smallest; the calibration's pick): sgrpo base_lr=4e-05 reward_grader=random"
     assert pick in out  # 22.2% against the control at 2e-05's smaller share
+
+
+def test_a_task_whose_answer_is_not_a_number_gets_no_answer_tables(tmp_path, capsys, monkeypatch):
+    """Countdown's answer is an equation: the tables of final answers (the last number) are left out, and
+    the output says why; the gain tables are unchanged."""
+    countdown = {"task": {"name": "countdown"}, "model": {"pretrain": {}}}
+    monkeypatch.setitem(globals(), "CONFIG", countdown)
+    root = grid(tmp_path, "g", {"sgrpo": ARMS["sgrpo"], "dpo": ARMS["dpo"]})
+    from analysis import skill_gain
+
+    monkeypatch.setattr(sys, "argv", ["skill_gain", str(root), "--metric", "accuracy_flexible"])
+    skill_gain.main()
+    out = capsys.readouterr().out
+    assert "final answers: not compared (countdown's answer is not the completion's last number)" in out
+    assert "same answer between its seeds" not in out and "| sgrpo |" in out
