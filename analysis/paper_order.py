@@ -26,8 +26,8 @@ from scipy import stats
 
 from analysis import load_problem_outcomes, load_runs
 from analysis.crossed import BOTH, outcome_matrix
+from analysis.skill_gain import versus
 from analysis.stats import adjust_pvalues, by_arm
-from analysis.twoway import two_way_difference
 
 #: the OXRL paper's GSM8K accuracies at 1.5B (its Table of the core methods), in points
 OXRL_GSM8K_1P5B = {"sgrpo": 58.0, "rft": 54.4, "dpo": 49.1, "simpo": 38.7}
@@ -54,11 +54,9 @@ def pair_rows(runs: pd.DataFrame, outcomes: pd.DataFrame, order: dict[str, float
         yb = outcome_matrix(runs[runs["method"] == b], outcomes, metric)
         if ya is None or yb is None:
             raise SystemExit(f"{a} or {b}: no per-problem outcomes for {metric} in the records")
-        common = ya.columns.intersection(yb.columns)
-        d = two_way_difference(ya[common].to_numpy(), yb[common].to_numpy())
-        lo, hi = 100 * d["ci_low"], 100 * d["ci_high"]
-        pair = {"pair": f"{a} > {b}", "delta": 100 * d["delta"], "lo": lo, "hi": hi, "p": d["p"]}
-        rows.append(pair | {"inverted": d["delta"] < 0, "separated": lo > 0 or hi < 0})
+        d = versus(ya, yb)  # a - b on the problems both hold, in points
+        pair = {"pair": f"{a} > {b}", **{k: d[k] for k in ("delta", "lo", "hi", "p")}}
+        rows.append(pair | {"inverted": d["delta"] < 0, "separated": d["lo"] > 0 or d["hi"] < 0})
     return rows
 
 

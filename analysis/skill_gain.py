@@ -49,6 +49,7 @@ OUTCOME = {"accuracy": "correct", "accuracy_flexible": "correct_flexible"}
 TARGET = 5.0  # points (issue 27.4)
 CONTROL_GRADERS = ("random", "shuffled-")  # online.reward_grader values that make an arm a control
 NUMBER_ANSWERS = ("arith", "gsm8k")  # tasks whose answer is the completion's last number (the answer tables)
+RATE = r"(?:base_lr|lr)=\S+"  # an arm label's learning rate (a matched control runs at another)
 MOVES_CUTOFFS = (0.7, 0.8, 0.9)  # "moves the policy as much" (recipes/oxrl_skill_fresh.yaml: 0.8)
 
 
@@ -332,7 +333,7 @@ def real_twin(control: str, arms) -> str | None:
     """The arm a control shadows: the same label with a real reward, every other setting equal; failing
     that, the one real arm that differs only in its learning rate (a control matched on how far it moves
     the policy runs at a larger rate: recipes/oxrl_skill_matched_calibration.yaml)."""
-    for strip in (re.compile(r" ?reward_grader=\S+"), re.compile(r" ?(reward_grader|base_lr|lr)=\S+")):
+    for strip in (re.compile(r" ?reward_grader=\S+"), re.compile(rf" ?(?:reward_grader=\S+|{RATE})")):
         twins = [a for a in arms if not is_control(a) and strip.sub("", a) == strip.sub("", control)]
         if len(twins) == 1:
             return twins[0]
@@ -374,7 +375,7 @@ def print_moves_as_much(answers: dict[str, np.ndarray], base: np.ndarray) -> Non
     )
     print(f"| control | twin | control: changed | twin: changed | ratio | p (control lower) | {cuts} |")
     print(f"|---|---|---|---|---|---|{'---|' * len(MOVES_CUTOFFS)}")
-    ratios: dict[str, float] = {}
+    scaled: dict[str, float] = {}  # a calibration's ratios: controls at another rate than their twin's
     for c, t in pairs:
         a, b = changed_from_base(answers[c], base), changed_from_base(answers[t], base)
         ratio = float(a.mean() / b.mean()) if b.mean() > 0 else np.nan
@@ -383,8 +384,8 @@ def print_moves_as_much(answers: dict[str, np.ndarray], base: np.ndarray) -> Non
         print(
             f"| {c} | {t} | {100 * a.mean():.1f}% | {100 * b.mean():.1f}% | {ratio:.2f} | {p:.2g} | {verdicts} |"
         )
-        ratios[c] = ratio
-    scaled = {c: r for c, r in ratios.items() if _rate(c) != _rate(real_twin(c, answers))}
+        if _rate(c) != _rate(t):
+            scaled[c] = ratio
     if len(scaled) > 1:  # a calibration: the same control at several rates
         pick = min(scaled, key=lambda c: abs(np.log(scaled[c])) if scaled[c] > 0 else np.inf)
         print(
@@ -394,7 +395,7 @@ def print_moves_as_much(answers: dict[str, np.ndarray], base: np.ndarray) -> Non
 
 def _rate(arm: str | None) -> str | None:
     """The learning-rate part of an arm's label (``base_lr=…`` or ``lr=…``), if any."""
-    found = re.search(r"\b(base_lr|lr)=\S+", arm or "")
+    found = re.search(rf"\b{RATE}", arm or "")
     return found.group(0) if found else None
 
 

@@ -24,8 +24,8 @@ state (``initial_state``: ``reward_mean``, ``count``), kept by :mod:`losses.bco`
 
 Inputs: ``logps``, ``ref_logps`` (B,) summed over completion tokens (TRL's ``average_log_prob=False``);
 ``labels`` (B,) bool, True = desirable. It does not read KTO's mismatched-pair ``kl_logps`` /
-``ref_kl_logps`` (``reads_kl_pairs=False``: the trainer leaves them None and skips their forward pass). Reduction: mean over all B examples,
-desirable and undesirable together (TRL: ``nanmean`` of the concatenated per-example losses).
+``ref_kl_logps`` (``reads_kl_pairs=False``: the trainer leaves them None and skips their forward
+pass). Reduction: mean over all B examples, desirable and undesirable together (TRL: ``nanmean`` of the concatenated per-example losses).
 Metrics: ``rewards/chosen`` and ``rewards/rejected`` (mean ``r`` over desirable / undesirable examples,
 present only when the batch has some), their ``rewards/margin``, and ``bco/delta``.
 Defaults: β = 0.1 (TRL's ``BCOConfig``), ``reward_shift="running"``.
